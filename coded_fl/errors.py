@@ -1,0 +1,64 @@
+"""Error types of coded-fl.
+
+Every error says whose fault it is, following h11's split between a local and a remote protocol
+error:
+
+- :class:`ConfigurationError`: a setting is invalid; the message names the setting and says
+  what to change it to. Raised when a configuration is made, before any data moves.
+- :class:`InputError`: the caller handed us data we refuse (NaN in an update, a vector of the
+  wrong length, a field element out of range). The caller's bug or the caller's data.
+- :class:`LocalProtocolError`: our own side was driven wrongly (a server or client state machine
+  asked to do something its stage does not allow): a bug in the code that drives us.
+- :class:`RemoteProtocolError`: a peer sent something we refuse (malformed, late, replayed,
+  inconsistent, failed authentication). The peer misbehaved or dropped; ``sender`` names it.
+- :class:`DecodingError`: an aggregate cannot be produced (too few replies, inconsistent replicas);
+  no partial or wrong result is ever returned instead.
+
+No error message ever contains a secret, a key, a seed or a mask.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "CodedFLError",
+    "ConfigurationError",
+    "DecodingError",
+    "InputError",
+    "LocalProtocolError",
+    "RemoteProtocolError",
+]
+
+
+class CodedFLError(Exception):
+    """Base class of every error raised by coded-fl."""
+
+
+class ConfigurationError(CodedFLError, ValueError):
+    """A setting is invalid. The message names the setting and the value that would work."""
+
+
+class InputError(CodedFLError, ValueError):
+    """Data handed to a coded-fl function is refused (shape, dtype, range, NaN/Inf)."""
+
+
+class LocalProtocolError(CodedFLError):
+    """Our own state machine was driven out of order: a bug in the caller, not in a peer."""
+
+
+class RemoteProtocolError(CodedFLError):
+    """A peer sent something we refuse. ``sender`` is the peer's id when known."""
+
+    def __init__(self, message: str, *, sender: int | None = None) -> None:
+        super().__init__(message if sender is None else f"silo {sender}: {message}")
+        self.sender = sender
+
+
+class DecodingError(CodedFLError):
+    """No exact aggregate can be produced from what arrived; nothing partial is returned.
+
+    ``suspects`` names silos whose replies are inconsistent, when that can be told.
+    """
+
+    def __init__(self, message: str, *, suspects: tuple[int, ...] = ()) -> None:
+        super().__init__(message)
+        self.suspects = suspects

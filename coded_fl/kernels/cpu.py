@@ -1,0 +1,472 @@
+"""Numba kernels for GF(p) arithmetic and fused quantization on the CPU.
+
+Storage is ``uint32`` (elements in ``[0, p)``); every intermediate is ``uint64``/``int64`` and the
+bounds that make it overflow-free are stated next to each kernel. ``p < 2^31`` is checked by
+:func:`coded_fl.primes.check_modulus` before any kernel runs.
+
+For the Mersenne prime :math:`p = 2^{31}-1` a product :math:`x < 2^{62}` is folded with
+``(x & p) + (x >> 31)`` (no division); other primes use ``%``. Each kernel has both loops and picks
+one once, outside the loop, so the hot loop stays branch-free and vectorises.
+
+Loops over several input vectors are blocked (``_BLOCK`` elements) so that the accumulator stays
+in L1 and each input is streamed once.
+
+All kernels are single-threaded: one silo is one process, and determinism does not depend on a
+thread count.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+_M31 = np.uint64(2**31 - 1)
+_S31 = np.uint64(31)
+_LOW32 = np.uint64(0xFFFFFFFF)
+_S32 = np.uint64(32)
+# Odd multipliers of the rounding hash (from MurmurHash3's finaliser and the golden ratio).
+_C1 = np.uint32(0x9E3779B1)
+_C2 = np.uint32(0x85EBCA77)
+_C3 = np.uint32(0xC2B2AE3D)
+_TWO_M32 = 2.0**-32
+_M31_TIMES_2_32 = np.uint64((2**31 - 1) * 2**32)
+_BLOCK = 2048
+
+
+# --------------------------------------------------------------------------- reductions
+
+
+@njit(inline="always", cache=True)
+def _fold_m31(x):  # x: uint64 < 2^64 -> uint64 < 2^32 + 2^31, congruent mod 2^31-1
+    return (x & _M31) + (x >> _S31)
+
+
+@njit(inline="always", cache=True)
+def _final_m31(x):  # x: any uint64 -> canonical in [0, p)
+    x = (x & _M31) + (x >> _S31)
+    x = (x & _M31) + (x >> _S31)
+    return x - _M31 if x >= _M31 else x
+
+
+# --------------------------------------------------------------------------- elementwise
+
+
+@njit(cache=True)
+def add(a, b, out, p):
+    pp = np.uint64(p)
+    for i in range(a.size):
+        s = np.uint64(a[i]) + np.uint64(b[i])
+        out[i] = s - pp if s >= pp else s
+
+
+@njit(cache=True)
+def sub(a, b, out, p):
+    pp = np.uint64(p)
+    for i in range(a.size):
+        s = np.uint64(a[i]) + pp - np.uint64(b[i])
+        out[i] = s - pp if s >= pp else s
+
+
+@njit(cache=True)
+def neg(a, out, p):
+    pp = np.uint64(p)
+    for i in range(a.size):
+        x = np.uint64(a[i])
+        out[i] = pp - x if x != 0 else x
+
+
+@njit(cache=True)
+def mul(a, b, out, p):
+    if p == 2**31 - 1:
+        for i in range(a.size):
+            out[i] = _final_m31(np.uint64(a[i]) * np.uint64(b[i]))
+    else:
+        pp = np.uint64(p)
+        for i in range(a.size):
+            out[i] = (np.uint64(a[i]) * np.uint64(b[i])) % pp
+
+
+@njit(cache=True)
+def mul_scalar(a, c, out, p):
+    cc = np.uint64(c)
+    if p == 2**31 - 1:
+        for i in range(a.size):
+            out[i] = _final_m31(np.uint64(a[i]) * cc)
+    else:
+        pp = np.uint64(p)
+        for i in range(a.size):
+            out[i] = (np.uint64(a[i]) * cc) % pp
+
+
+@njit(cache=True)
+def power(a, e, out, p):
+    """out = a**e elementwise, e >= 0 (square and multiply, every product < 2^62)."""
+    pp = np.uint64(p)
+    for i in range(a.size):
+        base = np.uint64(a[i])
+        r = np.uint64(1) % pp
+        k = e
+        while k > 0:
+            if k & 1:
+                r = (r * base) % pp
+            base = (base * base) % pp
+            k >>= 1
+        out[i] = r
+
+
+@njit(cache=True)
+def from_signed(x, out, p):
+    """Signed int64 with |x| < 2^62 -> canonical field element."""
+    ip = np.int64(p)
+    for i in range(x.size):
+        r = x[i] % ip  # numba follows Python: result has the sign of ip
+        out[i] = r
+
+
+@njit(cache=True)
+def to_signed(a, out, p):
+    """Canonical element -> centred representative in (-p/2, p/2]."""
+    half = np.int64(p // 2)
+    ip = np.int64(p)
+    for i in range(a.size):
+        v = np.int64(a[i])
+        out[i] = v - ip if v > half else v
+
+
+@njit(cache=True)
+def max_element(a):
+    m = np.uint32(0)
+    for i in range(a.size):
+        if a[i] > m:
+            m = a[i]
+    return m
+
+
+# --------------------------------------------------------------------------- combinations
+
+
+@njit(cache=True)
+def lincomb(coeffs, xs, out, p):
+    """out = sum_k coeffs[k] * xs[k] (mod p); coeffs canonical (< p), xs a typed list of uint32.
+
+    Bound: each product < 2^62; folded (Mersenne) below 2^33 or reduced (< 2^31) before it is
+    added, so the uint64 accumulator holds at least 2^31 terms.
+    """
+    d = out.size
+    k = len(xs)
+    acc = np.zeros(_BLOCK, dtype=np.uint64)
+    pp = np.uint64(p)
+    mersenne = p == 2**31 - 1
+    for start in range(0, d, _BLOCK):
+        end = min(start + _BLOCK, d)
+        a = acc[: end - start]
+        a[:] = 0
+        for j in range(k):
+            xv = xs[j][start:end]
+            c = np.uint64(np.uint32(coeffs[j]))  # < 2^32: lets LLVM use a 32x32->64 multiply
+            if mersenne:
+                for i in range(a.size):
+                    a[i] += _fold_m31(c * np.uint64(xv[i]))
+            else:
+                for i in range(a.size):
+                    a[i] += (c * np.uint64(xv[i])) % pp
+        ov = out[start:end]
+        if mersenne:
+            for i in range(a.size):
+                ov[i] = _final_m31(a[i])
+        else:
+            for i in range(a.size):
+                ov[i] = a[i] % pp
+
+
+@njit(cache=True)
+def matmul(m, x, out, p):
+    """out[r] = sum_l m[r, l] * x[l] (mod p); m (R, L) canonical int64, x (L, D) uint32.
+
+    Blocked over D (the accumulators of all R rows stay within about 64 KiB): every block of
+    the L inputs is read once from memory for all R outputs.
+    """
+    rows, inner = m.shape
+    d = x.shape[1]
+    block = max(256, 8192 // max(rows, 1))
+    acc = np.zeros((rows, block), dtype=np.uint64)
+    pp = np.uint64(p)
+    mersenne = p == 2**31 - 1
+    for start in range(0, d, block):
+        end = min(start + block, d)
+        n = end - start
+        acc[:, :n] = 0
+        for ll in range(inner):
+            xv = x[ll, start:end]
+            for r in range(rows):
+                c = np.uint64(np.uint32(m[r, ll]))
+                a = acc[r, :n]
+                if mersenne:
+                    for i in range(n):
+                        a[i] += _fold_m31(c * np.uint64(xv[i]))
+                else:
+                    for i in range(n):
+                        a[i] += (c * np.uint64(xv[i])) % pp
+        for r in range(rows):
+            a = acc[r, :n]
+            ov = out[r, start:end]
+            if mersenne:
+                for i in range(n):
+                    ov[i] = _final_m31(a[i])
+            else:
+                for i in range(n):
+                    ov[i] = a[i] % pp
+
+
+# --------------------------------------------------------------------------- quantization
+
+
+@njit(inline="always", cache=True)
+def _mum(x, c):
+    """32-bit multiply-fold: low word XOR high word of the 64-bit product (one vpmuludq)."""
+    prod = np.uint64(x) * np.uint64(c)
+    return np.uint32(prod) ^ np.uint32(prod >> _S32)
+
+
+@njit(inline="always", cache=True)
+def _uniform(index, k0, k1):
+    """A uniform float64 in [0, 1) with 32 random bits: a keyed hash of the element index.
+
+    h = mum(mum(mum(i ^ k0, C1) ^ k1, C2) ^ k0, C3); all values uint32.
+    """
+    return _uniform_from_inner(_inner_hash(index, k0), k0, k1)
+
+
+@njit(inline="always", cache=True)
+def _inner_hash(index, k0):
+    """First hash round; depends on k0 only, so partitions sharing k0 share it."""
+    return _mum(np.uint32(index) ^ k0, _C1)
+
+
+@njit(inline="always", cache=True)
+def _uniform_from_inner(inner, k0, k1):
+    return np.float64(_mum(_mum(inner ^ k1, _C2) ^ k0, _C3)) * _TWO_M32
+
+
+@njit(inline="always", cache=True)
+def _round_with(v, u, clip, scale):
+    """Clip, scale and stochastically round one float64: floor(t) + (u < frac(t)), as float64.
+
+    The result is an integer-valued float64 with |q| <= ceil(clip * scale) < 2^31 (exact).
+    """
+    v = min(max(v, -clip), clip)
+    t = v * scale
+    f = np.floor(t)
+    return f + (1.0 if u < t - f else 0.0)
+
+
+@njit(inline="always", cache=True)
+def _round_one(v, i, clip, scale, k0, k1):
+    return _round_with(v, _uniform(i, k0, k1), clip, scale)
+
+
+@njit(cache=True)
+def scan_values(x, clip):
+    """(number of NaN/Inf, number of values with |x| > clip, Inf included) in one read pass."""
+    nonfinite = 0
+    beyond = 0
+    for i in range(x.size):
+        nf, bc = _counts(np.float64(x[i]), clip)
+        nonfinite += nf
+        beyond += bc
+    return nonfinite, beyond
+
+
+@njit(cache=True)
+def sanitize_nonfinite(x, clip):
+    """In place: NaN -> 0, +Inf -> clip, -Inf -> -clip."""
+    for i in range(x.size):
+        v = x[i]
+        if np.isnan(v):
+            x[i] = 0.0
+        elif np.isinf(v):
+            x[i] = clip if v > 0 else -clip
+
+
+_FMAX = np.finfo(np.float64).max
+
+
+@njit(inline="always", cache=True)
+def _counts(v, clip):
+    """(1 if v is NaN or +-Inf, 1 if |v| > clip with Inf included): two compares, no branch."""
+    a = abs(v)
+    return np.int64(not a <= _FMAX), np.int64(a > clip)
+
+
+@njit(cache=True)
+def stochastic_round(x, out, clip, scale, k0, k1, offset):
+    """out[i] = SR(clip(x[i]) * scale) as signed int64, randomness keyed at index offset + i.
+
+    Returns (NaN/Inf count, count of |x| > clip, Inf included); a NaN's output is meaningless.
+    """
+    uk0 = np.uint32(k0)
+    uk1 = np.uint32(k1)
+    nonfinite = 0
+    beyond = 0
+    for i in range(x.size):
+        v = np.float64(x[i])
+        nf, bc = _counts(v, clip)
+        nonfinite += nf
+        beyond += bc
+        out[i] = np.int64(_round_one(v, offset + i, clip, scale, uk0, uk1))
+    return nonfinite, beyond
+
+
+@njit(cache=True)
+def quantize(x, out, clip, scale, k0, k1, offset, p):
+    """Fused clip, scale, stochastic rounding and lift into GF(p) (uint32).
+
+    Returns (NaN/Inf count, count of |x| > clip, Inf included)."""
+    uk0 = np.uint32(k0)
+    uk1 = np.uint32(k1)
+    ip = np.int64(p)
+    nonfinite = 0
+    beyond = 0
+    for i in range(x.size):
+        v = np.float64(x[i])
+        nf, bc = _counts(v, clip)
+        nonfinite += nf
+        beyond += bc
+        q = np.int64(_round_one(v, offset + i, clip, scale, uk0, uk1))
+        out[i] = q + ip if q < 0 else q
+    return nonfinite, beyond
+
+
+@njit(inline="always", cache=True)
+def _term(v, inner, k0, k1, clip, scale):
+    return _round_with(v, _uniform_from_inner(inner, k0, k1), clip, scale)
+
+
+@njit(cache=True)
+def quantize_encode(xs, coeffs, keys, mask, out, clip, scale, p, lo, hi):
+    """out[i] = mask[i-lo] + sum_k coeffs[k] q_k[i] (mod p) for lo <= i < hi, where
+    q_k = SR(clip(xs[k]) * scale) keyed by keys[k] at the global index i.
+
+    The client's whole upload step in one pass over memory; called once for the whole vector or
+    once per chunk (then ``mask`` holds the chunk's mask, generated while it is in cache).
+    ``mask`` may be empty (no mask). Returns (NaN/Inf count, count of |x| > clip, Inf included).
+
+    Exact float64 accumulation: each coefficient is split into 16-bit halves c = c_hi 2^16 + c_lo
+    and two float64 accumulators take c_lo q and c_hi q. Every term is an integer below
+    2^16 max|q| and the caller checks k max|q| < 2^30, so both sums stay below 2^53 (exact), with
+    no 64-bit integer multiply in the loop. The combination c_hi 2^16 + c_lo is below 2^62.
+    Partitions are taken two at a time so each accumulator is loaded and stored once per pair.
+    """
+    k = len(xs)
+    ip = np.int64(p)
+    mersenne = p == 2**31 - 1
+    has_mask = mask.size > 0
+    acc_lo = np.zeros(_BLOCK, dtype=np.float64)
+    acc_hi = np.zeros(_BLOCK, dtype=np.float64)
+    inner_buf = np.zeros(_BLOCK, dtype=np.uint32)
+    shared_k0 = np.uint32(keys[0, 0])
+    shared = True
+    for j in range(k):
+        shared = shared and np.uint32(keys[j, 0]) == shared_k0
+    nonfinite = 0
+    beyond = 0
+    for start in range(lo, hi, _BLOCK):
+        end = min(start + _BLOCK, hi)
+        n = end - start
+        a_lo = acc_lo[:n]
+        a_hi = acc_hi[:n]
+        inner = inner_buf[:n]
+        a_hi[:] = 0.0
+        if has_mask:
+            mv = mask[start - lo : end - lo]
+            for i in range(n):
+                a_lo[i] = np.float64(mv[i])
+        else:
+            a_lo[:] = 0.0
+        if shared:  # the first hash round is common to all k inputs: do it once
+            for i in range(n):
+                inner[i] = _inner_hash(start + i, shared_k0)
+        j = 0
+        while j < k:
+            pair = j + 1 < k and (shared or np.uint32(keys[j + 1, 0]) == np.uint32(keys[j, 0]))
+            k0 = np.uint32(keys[j, 0])
+            if not shared:
+                for i in range(n):
+                    inner[i] = _inner_hash(start + i, k0)
+            xa = xs[j][start:end]
+            la = np.float64(coeffs[j] & 0xFFFF)
+            ha = np.float64(coeffs[j] >> 16)
+            ka = np.uint32(keys[j, 1])
+            if pair:
+                xb = xs[j + 1][start:end]
+                lb = np.float64(coeffs[j + 1] & 0xFFFF)
+                hb = np.float64(coeffs[j + 1] >> 16)
+                kb = np.uint32(keys[j + 1, 1])
+                for i in range(n):
+                    va = np.float64(xa[i])
+                    vb = np.float64(xb[i])
+                    nfa, bca = _counts(va, clip)
+                    nfb, bcb = _counts(vb, clip)
+                    nonfinite += nfa + nfb
+                    beyond += bca + bcb
+                    qa = _term(va, inner[i], k0, ka, clip, scale)
+                    qb = _term(vb, inner[i], k0, kb, clip, scale)
+                    a_lo[i] += la * qa + lb * qb
+                    a_hi[i] += ha * qa + hb * qb
+                j += 2
+            else:
+                for i in range(n):
+                    va = np.float64(xa[i])
+                    nfa, bca = _counts(va, clip)
+                    nonfinite += nfa
+                    beyond += bca
+                    qa = _term(va, inner[i], k0, ka, clip, scale)
+                    a_lo[i] += la * qa
+                    a_hi[i] += ha * qa
+                j += 1
+        ov = out[start:end]
+        if mersenne:
+            # s + p * 2^32 lies in [0, 2^64) and is congruent to s: fold without division.
+            for i in range(n):
+                s = np.int64(a_hi[i]) * 65536 + np.int64(a_lo[i])
+                ov[i] = _final_m31(np.uint64(s) + _M31_TIMES_2_32)
+        else:
+            for i in range(n):
+                ov[i] = (np.int64(a_hi[i]) * 65536 + np.int64(a_lo[i])) % ip
+    return nonfinite, beyond
+
+
+# --------------------------------------------------------------------------- masks
+
+
+@njit(cache=True)
+def mask_words(words, bits_mask, p):
+    """In place: keep the low bits of each word; return how many are >= p (to be rejected)."""
+    m = np.uint32(bits_mask)
+    pp = np.uint32(p)
+    rejected = 0
+    for i in range(words.size):
+        w = words[i] & m
+        words[i] = w
+        rejected += w >= pp
+    return rejected
+
+
+@njit(cache=True)
+def accept_below(words, bits_mask, p, out, filled):
+    """Rejection sampling: append each ``words[i] & bits_mask`` that is < p to ``out``.
+
+    Starts at ``out[filled]``; returns the new fill level (stops when ``out`` is full).
+    """
+    m = np.uint32(bits_mask)
+    pp = np.uint32(p)
+    j = filled
+    cap = out.size
+    for i in range(words.size):
+        if j >= cap:
+            break
+        w = words[i] & m
+        if w < pp:
+            out[j] = w
+            j += 1
+    return j

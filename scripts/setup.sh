@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# Set up coded-fl on this machine: a Python environment with torch, Flower and the package.
+#
+#   bash scripts/setup.sh            # idempotent; quick when nothing changed
+#
+# Where it installs:
+#   - into the active virtual environment when one is active ($VIRTUAL_ENV), or into the
+#     interpreter named by CODED_FL_PYTHON;
+#   - otherwise into ./.venv (created here).
+# torch:
+#   - an importable torch (e.g. your own CUDA build) is left alone;
+#   - with no torch and no NVIDIA driver, torch==2.13.0 is installed first, from the CPU wheel
+#     index when it is reachable (or CODED_FL_TORCH_INDEX), so no CUDA packages are pulled;
+#   - with no torch and an NVIDIA driver (nvidia-smi works), the default CUDA build is installed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+export PIP_DISABLE_PIP_VERSION_CHECK=1
+
+if [[ -n "${CODED_FL_PYTHON:-}" ]]; then
+  py="$CODED_FL_PYTHON"
+elif [[ -n "${VIRTUAL_ENV:-}" ]]; then
+  py="$VIRTUAL_ENV/bin/python"
+else
+  base=${PYTHON:-python3}
+  command -v "$base" >/dev/null || { echo "setup: no '$base' found; install Python >= 3.10 or set PYTHON=/path/to/python" >&2; exit 1; }
+  if [[ ! -x .venv/bin/python ]]; then
+    echo "setup: creating .venv with $("$base" --version 2>&1)"
+    "$base" -m venv .venv
+  fi
+  py="$root/.venv/bin/python"
+fi
+"$py" -c 'import sys; sys.exit(sys.version_info < (3, 10))' || { echo "setup: Python >= 3.10 is required ($py)" >&2; exit 1; }
+
+stamp="$root/.codedfl-setup-stamp"
+want="$("$py" -c 'import sys; print(sys.executable)') $(sha256sum pyproject.toml | cut -c1-16)"
+if [[ -f "$stamp" && "$(cat "$stamp")" == "$want" ]] && "$py" -c 'import coded_fl, torch, flwr, galois' 2>/dev/null; then
+  exit 0
+fi
+
+if "$py" -c 'import torch' 2>/dev/null; then
+  echo "setup: keeping the installed torch $("$py" -c 'import torch; print(torch.__version__)')"
+elif command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; then
+  echo "setup: NVIDIA driver found; installing the default (CUDA) torch build"
+  "$py" -m pip install "torch>=2.3"
+else
+  index=${CODED_FL_TORCH_INDEX:-}
+  if [[ -z "$index" ]] && "$py" - <<'PY' 2>/dev/null
+import sys, urllib.request
+try:
+    urllib.request.urlopen("https://download.pytorch.org/whl/cpu/torch/", timeout=3)
+except Exception:
+    sys.exit(1)
+PY
+  then
+    index="https://download.pytorch.org/whl/cpu"
+  fi
+  echo "setup: no GPU; installing the CPU build torch==2.13.0${index:+ from $index}"
+  if [[ -n "$index" ]]; then
+    "$py" -m pip install --index-url "$index" --extra-index-url https://pypi.org/simple "torch==2.13.0"
+  else
+    "$py" -m pip install "torch==2.13.0"
+  fi
+fi
+
+echo "setup: installing coded-fl and its dependencies"
+"$py" -m pip install -q -e ".[test]"
+"$py" -c 'import coded_fl, torch, flwr, galois, numba, cryptography; print("setup: ok (torch", torch.__version__, "| flwr", flwr.__version__, "| python", __import__("sys").version.split()[0] + ")")'
+echo "$want" > "$stamp"

@@ -1,0 +1,1 @@
+"""Simulations, benchmarks and the main Flower app of coded-fl."""

@@ -1,0 +1,10 @@
+"""Benchmarks: ``python -m simulations.bench NAME --out FILE.json [--quick]``.
+
+Every benchmark times a baseline in the same process (or the same run) and reports ratios to
+it; absolute times on a shared 2-core machine are noisy, ratios measured side by side are not.
+"""
+
+#: name -> module under simulations.bench that defines ``run(report, quick)``.
+BENCHMARKS = {
+    "kernels": "simulations.bench.kernels",
+}

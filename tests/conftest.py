@@ -1,0 +1,37 @@
+"""Shared fixtures: the primes every field test runs over, galois oracles, hypothesis profiles."""
+
+from __future__ import annotations
+
+import functools
+import os
+
+import galois
+import pytest
+import torch
+from hypothesis import HealthCheck, settings
+
+settings.register_profile(
+    "default", deadline=None, suppress_health_check=[HealthCheck.too_slow], max_examples=60
+)
+settings.register_profile(
+    "ci", deadline=None, suppress_health_check=[HealthCheck.too_slow], max_examples=150
+)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
+
+#: The default Mersenne prime (fast path), a generic prime near the limit, one just above 2^30
+#: (about half of all 31-bit words rejected by the mask sampler), and small ones.
+PRIMES = [2**31 - 1, 2**31 - 19, 2**30 + 3, 65537, 101]
+
+
+@functools.cache
+def galois_field(p: int) -> type:
+    return galois.GF(p)
+
+
+@pytest.fixture(params=PRIMES, ids=lambda p: f"p{p}")
+def prime(request: pytest.FixtureRequest) -> int:
+    return int(request.param)
+
+
+def devices() -> list[str]:
+    return ["cpu", "cuda"] if torch.cuda.is_available() else ["cpu"]
