@@ -26,6 +26,7 @@ __all__ = [
     "batch_inverse",
     "inverse",
     "lagrange_basis",
+    "left_null_space",
     "mat_mul",
     "solve",
     "vandermonde",
@@ -144,3 +145,40 @@ def lagrange_basis(
         out[rows] = (ell[:, None] * w[None, :] % p) * inv_tr % p
     out[exact] = hit[exact].astype(np.int64)
     return out
+
+
+def left_null_space(a: np.ndarray, p: int) -> np.ndarray:
+    """A basis (rows) of :math:`\\{h : h^T A = 0\\}` over GF(p), for an (r x c) matrix A.
+
+    Returns an (r - rank A) x r matrix in reduced form (Gauss-Jordan on :math:`A^T`).
+
+    >>> left_null_space(np.array([[1, 0], [0, 1], [1, 1]]), 101).tolist()
+    [[100, 100, 1]]
+    """
+    a = _canon(a, p)
+    at = a.T.copy()  # solve A^T h = 0
+    rows, cols = at.shape
+    pivots: list[int] = []
+    r = 0
+    for col in range(cols):
+        if r == rows:
+            break
+        nz = np.flatnonzero(at[r:, col])
+        if nz.size == 0:
+            continue
+        piv = r + int(nz[0])
+        if piv != r:
+            at[[r, piv]] = at[[piv, r]]
+        at[r] = at[r] * pow(int(at[r, col]), -1, p) % p
+        factors = at[:, col].copy()
+        factors[r] = 0
+        at = (at - (factors[:, None] * at[r][None, :]) % p) % p
+        pivots.append(col)
+        r += 1
+    free = [c for c in range(cols) if c not in pivots]
+    basis = np.zeros((len(free), cols), dtype=np.int64)
+    for k, f in enumerate(free):
+        basis[k, f] = 1
+        for i, pc in enumerate(pivots):
+            basis[k, pc] = (-at[i, f]) % p
+    return basis

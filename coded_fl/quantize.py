@@ -169,21 +169,44 @@ class QuantizationConfig:
         object.__setattr__(self, "_max_abs", max_abs)
 
     @staticmethod
-    def max_scale(*, clip_range: float, num_summands: int, p: int = MERSENNE31) -> float:
-        """The largest power-of-two scale that fits ``num_summands`` clipped values in GF(p)."""
-        limit = (p - 1) // 2 // num_summands
+    def max_scale(
+        *, clip_range: float, num_summands: int, p: int = MERSENNE31, headroom_bits: int = 0
+    ) -> float:
+        """The largest power-of-two scale that fits ``num_summands`` clipped values in GF(p),
+        leaving ``headroom_bits`` unused above the largest possible sum."""
+        limit = (p - 1) // 2 // num_summands >> headroom_bits
+        if limit < clip_range:
+            raise ConfigurationError(
+                f"GF({p}) has no room for {num_summands} summands with clip_range={clip_range} "
+                f"and headroom_bits={headroom_bits}: use fewer summands, a smaller clip_range, "
+                "less headroom or a larger p"
+            )
         return float(2.0 ** math.floor(math.log2(limit / clip_range)))
 
     @classmethod
     def for_summands(
-        cls, num_summands: int, *, clip_range: float, p: int = MERSENNE31, **kw: object
+        cls,
+        num_summands: int,
+        *,
+        clip_range: float,
+        p: int = MERSENNE31,
+        headroom_bits: int = 0,
+        **kw: object,
     ) -> QuantizationConfig:
-        """The finest valid configuration (largest power-of-two scale) for a given clip range."""
+        """The finest valid configuration (largest power-of-two scale) for a given clip range.
+
+        ``headroom_bits`` = h keeps every true sum within a fraction :math:`2^{-h}` of the field,
+        so that :func:`dequantize`'s range check catches a corrupted element with probability
+        :math:`1 - 2^{-h}` (a corrupted aggregate is uniform on the field), at the price of h
+        bits of quantization precision.
+        """
         if not isinstance(num_summands, int) or num_summands < 1:
             raise ConfigurationError(f"num_summands must be an int >= 1, got {num_summands!r}")
         if not math.isfinite(clip_range) or clip_range <= 0:
             raise ConfigurationError(f"clip_range must be a finite number > 0, got {clip_range!r}")
-        scale = cls.max_scale(clip_range=clip_range, num_summands=num_summands, p=p)
+        scale = cls.max_scale(
+            clip_range=clip_range, num_summands=num_summands, p=p, headroom_bits=headroom_bits
+        )
         return cls(clip_range=clip_range, scale=scale, num_summands=num_summands, p=p, **kw)  # type: ignore[arg-type]
 
     @property

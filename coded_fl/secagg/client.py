@@ -1,0 +1,372 @@
+"""The silo's side of the protocol as a sans-IO state machine.
+
+Theory of operation (see ``docs/protocol.md`` for the whole protocol):
+
+1. ``KeyRequest`` -> :meth:`ClientMachine.on_key_request` -> ``KeyReply``: learn the public
+   configuration, make an X25519 key pair for the run.
+2. ``TrainRequest`` (round r, roster of public keys) -> :meth:`on_train_request` returns a
+   :class:`TrainTask` (which partitions to train, with which rounding keys); the caller trains
+   them and hands the partial updates to :meth:`upload`, which quantizes, encodes with the
+   silo's gradient-code row, masks with a fresh mask, shares the mask (privacy T, threshold U)
+   and seals each share for its recipient -> ``Upload``.
+3. ``RecoveryRequest`` (round r, survivors S, weight rows, the sealed shares the survivors sent
+   this silo) -> :meth:`on_recovery_request` checks that row 0 is exactly the public code's
+   decoding vector for S and every other row a parity check of the code on S, answers at most
+   once per round, and returns the weighted sums of the shares -> ``RecoveryReply``.
+
+Stages and transitions (anything else raises and changes nothing)::
+
+    NEW     --KeyRequest-->        KEYED
+    KEYED   --TrainRequest(r)-->   TRAINING(r)        (r greater than any round seen)
+    TRAINING(r) --upload()-->      UPLOADED(r)
+    any keyed stage --RecoveryRequest(r == current round, not yet answered)--> RECOVERED(r)
+    any keyed stage --TrainRequest(r' > r)--> TRAINING(r')
+    any keyed stage --KeyRequest(same config)--> same stage (the same public key again)
+
+The state (keys included) round-trips through :meth:`to_bytes` / :meth:`from_bytes` so a Flower
+ClientApp can keep it in ``context.state`` between messages. It never leaves the silo.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import Enum
+
+import numpy as np
+import torch
+
+from coded_fl.errors import LocalProtocolError, RemoteProtocolError
+from coded_fl.pipeline import encode_upload
+from coded_fl.prg import Entropy, MaskStream, fresh_seed
+from coded_fl.quantize import QuantizationStats, RoundingKey
+from coded_fl.secagg.config import ProtocolConfig
+from coded_fl.secagg.keys import KeyPair, open_sealed, pairwise_key, seal
+from coded_fl.secagg.messages import (
+    SERVER,
+    KeyReply,
+    KeyRequest,
+    Message,
+    RecoveryReply,
+    RecoveryRequest,
+    TrainRequest,
+    Upload,
+)
+from coded_fl.secagg.verify import check_weight_rows
+
+__all__ = ["ClientMachine", "ClientStage", "TrainTask"]
+
+SHARE_PURPOSE = b"mask-share"
+
+
+class ClientStage(str, Enum):
+    NEW = "new"
+    KEYED = "keyed"
+    TRAINING = "training"
+    UPLOADED = "uploaded"
+    RECOVERED = "recovered"
+
+
+@dataclass(frozen=True)
+class TrainTask:
+    """What the silo must compute in round ``round``: one partial update per partition."""
+
+    round: int
+    silo: int
+    partitions: tuple[int, ...]
+    coefficients: tuple[int, ...]
+    rounding_keys: tuple[RoundingKey, ...]
+
+
+class ClientMachine:
+    """One silo. ``silo`` is its index 0..n-1 (taken from the first KeyRequest if None)."""
+
+    def __init__(self, *, entropy: Entropy = os.urandom) -> None:
+        self._entropy = entropy
+        self.stage = ClientStage.NEW
+        self.config: ProtocolConfig | None = None
+        self.silo: int | None = None
+        self._keys: KeyPair | None = None
+        self.roster: dict[int, bytes] = {}
+        self.round = 0  # the latest round whose TrainRequest was accepted
+        self.recovered_round = 0  # the latest round answered with a RecoveryReply
+        self._pairwise: dict[tuple[int, bytes], bytes] = {}
+        self.stats = QuantizationStats()
+
+    def __repr__(self) -> str:  # no key material
+        return f"ClientMachine(silo={self.silo}, stage={self.stage.value}, round={self.round})"
+
+    # ------------------------------------------------------------------ helpers
+    def _identity(self) -> tuple[ProtocolConfig, int, KeyPair]:
+        """Configuration, silo index and key pair; only after a KeyRequest was accepted."""
+        if self.config is None or self.silo is None or self._keys is None:
+            raise LocalProtocolError("this silo has no configuration or keys yet")
+        return self.config, self.silo, self._keys
+
+    def _require(self, *stages: ClientStage) -> None:
+        if self.stage not in stages:
+            raise LocalProtocolError(
+                f"silo {self.silo}: cannot do that in stage {self.stage.value} "
+                f"(allowed: {', '.join(s.value for s in stages)})"
+            )
+
+    def _check_header(self, msg: Message) -> ProtocolConfig:
+        cfg = self.config
+        if cfg is None:
+            raise RemoteProtocolError(
+                "no configuration yet: expected a KeyRequest first", sender=SERVER
+            )
+        if msg.digest != cfg.digest:
+            raise RemoteProtocolError(
+                "message is for another configuration (digest mismatch): the server and this "
+                "silo disagree on the protocol settings",
+                sender=SERVER,
+            )
+        if msg.recipient != self.silo:
+            raise RemoteProtocolError(
+                f"message addressed to silo {msg.recipient}, this is silo {self.silo}",
+                sender=SERVER,
+            )
+        return cfg
+
+    def _key_for(self, peer: int) -> bytes:
+        pub = self.roster.get(peer)
+        if pub is None:
+            raise RemoteProtocolError(f"silo {peer} is not in the roster", sender=SERVER)
+        cached = self._pairwise.get((peer, pub))
+        if cached is None:
+            if self._keys is None or self.config is None or self.silo is None:
+                raise LocalProtocolError("no key pair yet")
+            cached = pairwise_key(
+                self._keys, pub, run_id=self.config.run_bytes, me=self.silo, peer=peer
+            )
+            self._pairwise[(peer, pub)] = cached
+        return cached
+
+    # ------------------------------------------------------------------ 1. keys
+    def on_key_request(self, msg: KeyRequest) -> KeyReply:
+        """Learn the configuration and answer with this run's public key."""
+        cfg = ProtocolConfig.from_json(msg.config)
+        if cfg.digest != msg.digest:
+            raise RemoteProtocolError(
+                "KeyRequest digest does not match its configuration", sender=SERVER
+            )
+        if not 0 <= msg.recipient < cfg.n:
+            raise RemoteProtocolError(
+                f"silo index {msg.recipient} is not in 0..{cfg.n - 1}", sender=SERVER
+            )
+        same_run = self.config is not None and self.config.digest == cfg.digest
+        if same_run and msg.recipient != self.silo:
+            raise RemoteProtocolError(
+                f"KeyRequest re-assigns this silo from {self.silo} to {msg.recipient}",
+                sender=SERVER,
+            )
+        if not same_run:  # a new run (or the first): fresh keys, fresh counters
+            self._keys = KeyPair.from_private_bytes(fresh_seed(self._entropy))
+            self.config, self.silo = cfg, msg.recipient
+            self.roster, self._pairwise = {}, {}
+            self.round = self.recovered_round = 0
+            self.stage = ClientStage.KEYED
+        _, silo, keys = self._identity()
+        return KeyReply(
+            digest=cfg.digest,
+            round=0,
+            sender=silo,
+            recipient=SERVER,
+            public_key=keys.public_bytes,
+        )
+
+    # ------------------------------------------------------------------ 2. train + upload
+    def on_train_request(self, msg: TrainRequest) -> TrainTask:
+        """Accept round ``msg.round``; return what to train."""
+        self._require(
+            ClientStage.KEYED, ClientStage.TRAINING, ClientStage.UPLOADED, ClientStage.RECOVERED
+        )
+        cfg = self._check_header(msg)
+        if msg.round <= self.round:
+            raise RemoteProtocolError(
+                f"TrainRequest for round {msg.round} replays or precedes round {self.round}",
+                sender=SERVER,
+            )
+        roster = dict(msg.roster)
+        if len(roster) != len(msg.roster) or not all(0 <= s < cfg.n for s in roster):
+            raise RemoteProtocolError("roster has duplicate or unknown silo ids", sender=SERVER)
+        _, silo, keys = self._identity()
+        if roster.get(silo) != keys.public_bytes:
+            raise RemoteProtocolError(
+                "roster does not hold this silo's current public key (rekey needed)", sender=SERVER
+            )
+        if len(roster) < cfg.min_uploads:
+            raise RemoteProtocolError(
+                f"roster has {len(roster)} silos, fewer than the {cfg.min_uploads} a round needs",
+                sender=SERVER,
+            )
+        code = cfg.gradient_code
+        support = tuple(int(k) for k in code.support(silo))
+        task = TrainTask(
+            round=msg.round,
+            silo=silo,
+            partitions=support,
+            coefficients=tuple(int(c) for c in code.coefficients(silo)),
+            rounding_keys=tuple(
+                RoundingKey.for_partition(cfg.run_id, msg.round, k) for k in support
+            ),
+        )
+        self.roster = roster
+        self.round = msg.round
+        self.stage = ClientStage.TRAINING
+        self._task = task
+        return task
+
+    def upload(self, task: TrainTask, partials: Sequence[torch.Tensor]) -> Upload:
+        """Quantize, encode, mask and share: the Upload for ``task`` (partials align with
+        ``task.partitions``, each a float tensor of ``vector_length`` elements)."""
+        self._require(ClientStage.TRAINING)
+        if task is not getattr(self, "_task", None) or task.round != self.round:
+            raise LocalProtocolError("upload() must be given the task of the current round")
+        cfg, silo, _ = self._identity()
+        if len(partials) != len(task.partitions):
+            raise LocalProtocolError(
+                f"{len(partials)} partial updates for {len(task.partitions)} partitions"
+            )
+        sharing = cfg.sharing
+        stream = torch.empty(sharing.stream_length, dtype=torch.uint32)
+        MaskStream(fresh_seed(self._entropy), cfg.p).fill(stream.numpy())
+        masked = encode_upload(
+            [g.reshape(-1) for g in partials],
+            list(task.coefficients),
+            list(task.rounding_keys),
+            cfg.quantization,
+            cfg.field,
+            mask=stream[: cfg.vector_length],
+            stats=self.stats,
+        )
+        shares = sharing.encode(sharing.pieces_from_stream(stream))
+        sealed = tuple(
+            (
+                j,
+                seal(
+                    self._key_for(j),
+                    shares[j].numpy().tobytes(),
+                    run_id=cfg.run_bytes,
+                    round_=task.round,
+                    sender=silo,
+                    recipient=j,
+                    purpose=SHARE_PURPOSE,
+                ),
+            )
+            for j in sorted(self.roster)
+        )
+        self.stage = ClientStage.UPLOADED
+        return Upload(
+            digest=cfg.digest,
+            round=task.round,
+            sender=silo,
+            recipient=SERVER,
+            masked=masked,
+            shares=sealed,
+        )
+
+    # ------------------------------------------------------------------ 3. recovery
+    def on_recovery_request(self, msg: RecoveryRequest) -> RecoveryReply:
+        """Check the requested weights against the public code and return the share sums."""
+        self._require(ClientStage.TRAINING, ClientStage.UPLOADED, ClientStage.RECOVERED)
+        cfg = self._check_header(msg)
+        if msg.round != self.round:
+            raise RemoteProtocolError(
+                f"RecoveryRequest for round {msg.round}, but the current round is {self.round}",
+                sender=SERVER,
+            )
+        if self.recovered_round == msg.round:
+            raise RemoteProtocolError(
+                f"a second RecoveryRequest for round {msg.round}: a silo answers once per round",
+                sender=SERVER,
+            )
+        survivors = msg.survivors
+        if any(i not in self.roster for i in survivors):
+            raise RemoteProtocolError("survivor set names silos outside the roster", sender=SERVER)
+        rows = check_weight_rows(cfg, survivors, msg.weights)
+        _, silo, _ = self._identity()
+        m = cfg.sharing.piece_length
+        shares = []
+        for i, box in zip(survivors, msg.shares, strict=True):
+            raw = open_sealed(
+                self._key_for(i),
+                box,
+                run_id=cfg.run_bytes,
+                round_=msg.round,
+                sender=i,
+                recipient=silo,
+                purpose=SHARE_PURPOSE,
+            )
+            if len(raw) != 4 * m:
+                raise RemoteProtocolError(f"share has {len(raw)} bytes, expected {4 * m}", sender=i)
+            share = torch.from_numpy(np.frombuffer(raw, dtype="<u4").astype(np.uint32))
+            shares.append(cfg.field.validate(share, name=f"share from silo {i}"))
+        agg = cfg.field.matmul(rows, shares)
+        self.recovered_round = msg.round
+        self.stage = ClientStage.RECOVERED
+        return RecoveryReply(
+            digest=cfg.digest, round=msg.round, sender=silo, recipient=SERVER, rows=agg
+        )
+
+    # ------------------------------------------------------------------ persistence
+    def to_bytes(self) -> bytes:
+        """The whole state, keys included: keep it on the silo only (e.g. Flower context.state)."""
+        state = {
+            "stage": self.stage.value,
+            "config": None if self.config is None else self.config.to_json().decode(),
+            "silo": self.silo,
+            "private": None if self._keys is None else self._keys.private_bytes.hex(),
+            "roster": [[s, k.hex()] for s, k in sorted(self.roster.items())],
+            "round": self.round,
+            "recovered_round": self.recovered_round,
+            "task": None,
+        }
+        task = getattr(self, "_task", None)
+        if task is not None and self.stage == ClientStage.TRAINING:
+            state["task"] = task.round
+        return json.dumps(state).encode()
+
+    @classmethod
+    def from_bytes(cls, raw: bytes, *, entropy: Entropy = os.urandom) -> ClientMachine:
+        try:
+            state = json.loads(raw)
+            m = cls(entropy=entropy)
+            m.stage = ClientStage(state["stage"])
+            m.config = (
+                None
+                if state["config"] is None
+                else ProtocolConfig.from_json(state["config"].encode())
+            )
+            m.silo = state["silo"]
+            m._keys = (
+                None
+                if state["private"] is None
+                else KeyPair.from_private_bytes(bytes.fromhex(state["private"]))
+            )
+            m.roster = {int(s): bytes.fromhex(k) for s, k in state["roster"]}
+            m.round = int(state["round"])
+            m.recovered_round = int(state["recovered_round"])
+        except (ValueError, KeyError, TypeError) as exc:
+            raise LocalProtocolError(
+                f"stored client state is unreadable: {type(exc).__name__}"
+            ) from None
+        if m.stage == ClientStage.TRAINING and m.config is not None and m.silo is not None:
+            m._task = m._rebuild_task()
+        return m
+
+    def _rebuild_task(self) -> TrainTask:
+        cfg, silo, _ = self._identity()
+        support = tuple(int(k) for k in cfg.gradient_code.support(silo))
+        return TrainTask(
+            round=self.round,
+            silo=silo,
+            partitions=support,
+            coefficients=tuple(int(c) for c in cfg.gradient_code.coefficients(silo)),
+            rounding_keys=tuple(
+                RoundingKey.for_partition(cfg.run_id, self.round, k) for k in support
+            ),
+        )

@@ -1,0 +1,220 @@
+"""The public configuration of a coded secure-aggregation run, validated once.
+
+Everything here is public: the server sends it to every silo (:class:`KeyRequest`), and both ends
+check that they agree through an 8-byte digest carried in every message.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from coded_fl.codes import GradientCode, make_code
+from coded_fl.errors import ConfigurationError, RemoteProtocolError
+from coded_fl.field import PrimeField
+from coded_fl.quantize import QuantizationConfig
+from coded_fl.secagg.sharing import MaskSharing
+
+__all__ = ["ProtocolConfig"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProtocolConfig:
+    """n silos, s stragglers tolerated, T colluders tolerated, U silos needed to unmask.
+
+    Parameters
+    ----------
+    num_silos
+        n, the silos taking part (indices 0..n-1).
+    num_stragglers
+        s: the server decodes from the first n - s uploads and never waits for the rest.
+    privacy_threshold
+        T: any T silos colluding with the server learn nothing beyond the sum (T >= 0).
+    recovery_threshold
+        U: mask recovery needs U replies, with T < U <= n - s. Default n - s; a smaller U
+        tolerates U - (n - s) silos dropping during recovery at the price of larger shares.
+    vector_length
+        d, elements of each silo's (flattened) update, weight coordinate included.
+    clip_range, scale
+        Quantization; ``scale=None`` picks the finest power of two that cannot wrap around.
+    num_partitions
+        K, data partitions (default n).
+    code
+        Gradient-code construction: ``"auto"``, ``"polynomial"`` or ``"repetition"``.
+    extra_replies
+        Replies beyond n - s the server waits for (within the deadline) to check that replicas
+        agree; 0 = use extras only when they are already there.
+    headroom_bits
+        With ``scale=None``: bits left free above the largest true sum, so that a corrupted
+        aggregate element is caught by the range check with probability 1 - 2^-headroom_bits.
+    run_id
+        Public identifier of the run (binds keys, rounding and messages to it).
+    """
+
+    num_silos: int
+    num_stragglers: int = 0
+    privacy_threshold: int = 1
+    recovery_threshold: int | None = None
+    vector_length: int
+    clip_range: float = 1.0
+    scale: float | None = None
+    num_partitions: int | None = None
+    code: str = "auto"
+    extra_replies: int = 0
+    headroom_bits: int = 8
+    p: int = 2**31 - 1
+    run_id: str = "run"
+    nonfinite: str = "raise"
+    _derived: dict[str, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        n, s, t = self.num_silos, self.num_stragglers, self.privacy_threshold
+        for name in (
+            "num_silos",
+            "num_stragglers",
+            "privacy_threshold",
+            "vector_length",
+            "extra_replies",
+            "headroom_bits",
+        ):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int):
+                raise ConfigurationError(f"{name} must be an int, got {v!r}")
+        if n < 1:
+            raise ConfigurationError(f"num_silos must be >= 1, got {n}")
+        if not 0 <= s < n:
+            raise ConfigurationError(
+                f"num_stragglers={s} must satisfy 0 <= s < n={n}: the server needs at least one "
+                f"reply; lower num_stragglers to at most {n - 1}"
+            )
+        u = n - s if self.recovery_threshold is None else self.recovery_threshold
+        if not 0 <= t < u <= n - s:
+            raise ConfigurationError(
+                f"need 0 <= privacy_threshold T < recovery_threshold U <= n - s = {n - s}, got "
+                f"T={t}, U={u}: lower privacy_threshold to at most {n - s - 1}, or lower "
+                f"num_stragglers, or set recovery_threshold between T+1 and n-s"
+            )
+        if self.vector_length < 1:
+            raise ConfigurationError(f"vector_length must be >= 1, got {self.vector_length}")
+        if self.extra_replies < 0 or self.extra_replies > s:
+            raise ConfigurationError(
+                f"extra_replies={self.extra_replies} must be in 0..num_stragglers={s}"
+            )
+        k = n if self.num_partitions is None else self.num_partitions
+        fld = PrimeField(self.p)
+        code = make_code(n, s, kind=self.code, num_partitions=k, field=fld)
+        if self.scale is None:
+            quant = QuantizationConfig.for_summands(
+                code.K,
+                clip_range=self.clip_range,
+                p=self.p,
+                nonfinite=self.nonfinite,
+                headroom_bits=self.headroom_bits,
+            )
+        else:
+            quant = QuantizationConfig(
+                clip_range=self.clip_range,
+                scale=self.scale,
+                num_summands=code.K,
+                p=self.p,
+                nonfinite=self.nonfinite,  # type: ignore[arg-type]
+            )
+        sharing = MaskSharing(n=n, privacy=t, threshold=u, length=self.vector_length, field=fld)
+        self._derived.update(field=fld, code=code, quantization=quant, sharing=sharing, U=u)
+
+    # ------------------------------------------------------------------ derived objects
+    @property
+    def field(self) -> PrimeField:
+        return self._derived["field"]  # type: ignore[no-any-return]
+
+    @property
+    def gradient_code(self) -> GradientCode:
+        return self._derived["code"]  # type: ignore[no-any-return]
+
+    @property
+    def quantization(self) -> QuantizationConfig:
+        return self._derived["quantization"]  # type: ignore[no-any-return]
+
+    @property
+    def sharing(self) -> MaskSharing:
+        return self._derived["sharing"]  # type: ignore[no-any-return]
+
+    @property
+    def U(self) -> int:
+        return self._derived["U"]  # type: ignore[no-any-return]
+
+    @property
+    def T(self) -> int:
+        return self.privacy_threshold
+
+    @property
+    def n(self) -> int:
+        return self.num_silos
+
+    @property
+    def s(self) -> int:
+        return self.num_stragglers
+
+    @property
+    def min_uploads(self) -> int:
+        """Uploads needed to close a round: max(n - s, U)."""
+        return max(self.n - self.s, self.U)
+
+    @property
+    def run_bytes(self) -> bytes:
+        return self.run_id.encode()
+
+    # ------------------------------------------------------------------ wire form
+    def to_json(self) -> bytes:
+        fields = {
+            "num_silos": self.num_silos,
+            "num_stragglers": self.num_stragglers,
+            "privacy_threshold": self.privacy_threshold,
+            "recovery_threshold": self.U,
+            "vector_length": self.vector_length,
+            "clip_range": self.clip_range,
+            "scale": self.quantization.scale,
+            "num_partitions": self.gradient_code.K,
+            "code": self.gradient_code.kind,
+            "extra_replies": self.extra_replies,
+            "p": self.p,
+            "run_id": self.run_id,
+            "nonfinite": self.nonfinite,
+            "headroom_bits": self.headroom_bits,
+        }
+        return json.dumps(fields, sort_keys=True, separators=(",", ":")).encode()
+
+    @classmethod
+    def from_json(cls, raw: bytes) -> ProtocolConfig:
+        try:
+            fields = json.loads(raw)
+            if not isinstance(fields, dict):
+                raise TypeError("not an object")
+            cfg = cls(**fields)
+        except (ValueError, TypeError) as exc:
+            raise RemoteProtocolError(f"unreadable protocol configuration: {exc}") from None
+        return cfg
+
+    @functools.cached_property
+    def digest(self) -> bytes:
+        """8 bytes identifying this exact configuration (carried in every message)."""
+        return hashlib.sha256(b"coded-fl/config/v1" + self.to_json()).digest()[:8]
+
+    def upload_elements(self) -> int:
+        """Field elements one silo uploads per round: d plus n shares of m."""
+        return self.vector_length + self.n * self.sharing.piece_length
+
+    def describe(self) -> str:
+        m = self.sharing.piece_length
+        return (
+            f"n={self.n} s={self.s} T={self.T} U={self.U} K={self.gradient_code.K} "
+            f"d={self.vector_length} p={self.p} code={self.gradient_code.kind} share={m} "
+            f"upload={self.upload_elements() / self.vector_length:.2f}x d "
+            f"(bound 1+n/(U-T)={1 + self.n / (self.U - self.T):.2f})"
+            if math.isfinite(m)
+            else ""
+        )

@@ -1,0 +1,413 @@
+"""The server's side of the protocol as a sans-IO state machine.
+
+Theory of operation (``docs/protocol.md`` has the whole protocol and its proofs):
+
+- ``start_key_exchange`` -> KeyRequests; ``receive(KeyReply)``; ``close_key_exchange`` fixes the
+  roster (once per run, again when membership changes).
+- ``start_round(r)`` -> TrainRequests to the roster; ``receive(Upload)`` as they arrive;
+  ``uploads_ready`` turns true at max(n-s, U) uploads; the driver then calls
+  ``close_collection`` (it never waits for the rest), which fixes the survivor set S and returns
+  one RecoveryRequest per survivor: the weights (the code's decoding vector for S, plus parity
+  checks when extra uploads came in) and the sealed shares the survivors addressed to it.
+- ``receive(RecoveryReply)``; ``recovery_ready`` at U replies; ``finish`` decodes
+  :math:`\\sum_k q(g_k) = \\sum_{i\\in S} a_i y_i - \\sum_{i \\in S} a_i z_i` and dequantizes it.
+- A round that cannot complete (too few uploads or recovery replies by the driver's deadline,
+  replicas that disagree, an aggregate out of range) ends in :class:`RoundAborted` with the
+  reason; nothing partial is returned and the machine is ready for the next round.
+
+Transition table (stage, input) -> handler; any other pair raises :class:`RemoteProtocolError`
+(for a peer's message) or :class:`LocalProtocolError` (for a driver call) and changes nothing.
+The server only ever holds masked uploads and aggregates: no individual update in the clear.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+
+import numpy as np
+import torch
+
+from coded_fl.errors import DecodingError, LocalProtocolError, RemoteProtocolError
+from coded_fl.quantize import dequantize
+from coded_fl.secagg.config import ProtocolConfig
+from coded_fl.secagg.keys import TAG_BYTES, check_public_key
+from coded_fl.secagg.messages import (
+    SERVER,
+    KeyReply,
+    KeyRequest,
+    Message,
+    RecoveryReply,
+    RecoveryRequest,
+    TrainRequest,
+    Upload,
+)
+from coded_fl.secagg.verify import weight_rows
+
+__all__ = ["RoundAborted", "RoundResult", "ServerMachine", "ServerStage"]
+
+
+class ServerStage(str, Enum):
+    INIT = "init"
+    KEYS = "keys"
+    READY = "ready"
+    COLLECTING = "collecting"
+    RECOVERING = "recovering"
+
+
+@dataclass(frozen=True, eq=False)
+class RoundResult:
+    """A completed round: the exact sum over all K partitions of the quantized updates."""
+
+    round: int
+    total: torch.Tensor  # float64, sum_k q(g_k) / scale
+    aggregate: torch.Tensor  # the same in GF(p)
+    survivors: tuple[int, ...]
+    responders: tuple[int, ...]
+    stragglers: tuple[int, ...]
+    checks: int  # parity checks that passed (extra uploads beyond n - s)
+
+
+@dataclass(frozen=True)
+class RoundAborted:
+    """A round that produced nothing; ``reason`` says why, ``suspects`` names silos if known."""
+
+    round: int
+    reason: str
+    suspects: tuple[int, ...] = ()
+    survivors: tuple[int, ...] = ()
+
+
+@dataclass
+class _Round:
+    number: int
+    uploads: dict[int, Upload] = field(default_factory=dict)
+    survivors: tuple[int, ...] = ()
+    weights: np.ndarray | None = None
+    replies: dict[int, torch.Tensor] = field(default_factory=dict)
+
+
+class ServerMachine:
+    """Drives one run for ``config``; the roster maps silo index -> public key."""
+
+    def __init__(self, config: ProtocolConfig) -> None:
+        self.config = config
+        self.stage = ServerStage.INIT
+        self.roster: dict[int, bytes] = {}
+        self._pending_keys: dict[int, bytes] = {}
+        self._asked: set[int] = set()
+        self.last_round = 0
+        self._round: _Round | None = None
+        self._table: dict[tuple[ServerStage, type[Message]], Callable[[Message], None]] = {
+            (ServerStage.KEYS, KeyReply): self._on_key_reply,  # type: ignore[dict-item]
+            (ServerStage.COLLECTING, Upload): self._on_upload,  # type: ignore[dict-item]
+            (ServerStage.RECOVERING, RecoveryReply): self._on_recovery_reply,  # type: ignore[dict-item]
+        }
+
+    def __repr__(self) -> str:
+        return (
+            f"ServerMachine(stage={self.stage.value}, round={self.last_round}, "
+            f"roster={len(self.roster)})"
+        )
+
+    # ------------------------------------------------------------------ dispatch
+    def receive(self, msg: Message) -> None:
+        """Take one message from a silo; refuse (and change nothing) if it is out of place."""
+        cfg = self.config
+        if msg.digest != cfg.digest:
+            raise RemoteProtocolError(
+                "message is for another configuration (digest mismatch): the silo runs other "
+                "protocol settings or another run",
+                sender=msg.sender,
+            )
+        if msg.recipient != SERVER:
+            raise RemoteProtocolError("message is not addressed to the server", sender=msg.sender)
+        if not 0 <= msg.sender < cfg.n:
+            raise RemoteProtocolError(f"unknown sender {msg.sender}", sender=msg.sender)
+        handler = self._table.get((self.stage, type(msg)))
+        if handler is None:
+            raise RemoteProtocolError(
+                f"{type(msg).__name__} is not expected in stage {self.stage.value} "
+                f"(round {self.last_round}): late, early or replayed",
+                sender=msg.sender,
+            )
+        handler(msg)
+
+    def _require(self, *stages: ServerStage) -> None:
+        if self.stage not in stages:
+            raise LocalProtocolError(
+                f"server cannot do that in stage {self.stage.value} "
+                f"(allowed: {', '.join(s.value for s in stages)})"
+            )
+
+    # ------------------------------------------------------------------ keys
+    def start_key_exchange(self, silos: Sequence[int] | None = None) -> list[KeyRequest]:
+        """Ask ``silos`` (default all n) for their public keys; call again to rekey."""
+        self._require(ServerStage.INIT, ServerStage.READY)
+        cfg = self.config
+        targets = sorted(set(range(cfg.n) if silos is None else silos))
+        if any(not 0 <= s < cfg.n for s in targets) or not targets:
+            raise LocalProtocolError(f"silos must be a non-empty subset of 0..{cfg.n - 1}")
+        self._pending_keys, self._asked = {}, set(targets)
+        self.stage = ServerStage.KEYS
+        body = cfg.to_json()
+        return [
+            KeyRequest(digest=cfg.digest, round=0, sender=SERVER, recipient=s, config=body)
+            for s in targets
+        ]
+
+    def _on_key_reply(self, msg: KeyReply) -> None:
+        if msg.sender not in self._asked:
+            raise RemoteProtocolError("key reply from a silo that was not asked", sender=msg.sender)
+        if msg.sender in self._pending_keys:
+            raise RemoteProtocolError("duplicate key reply", sender=msg.sender)
+        check_public_key(msg.public_key, sender=msg.sender)
+        self._pending_keys[msg.sender] = bytes(msg.public_key)
+
+    def close_key_exchange(self) -> tuple[int, ...]:
+        """Fix the roster (new keys replace old ones); returns the silos that did not answer.
+
+        Raises :class:`DecodingError` if fewer than max(n-s, U) silos would have keys.
+        """
+        self._require(ServerStage.KEYS)
+        roster = {**self.roster, **self._pending_keys}
+        need = self.config.min_uploads
+        if len(roster) < need:
+            raise DecodingError(
+                f"only {len(roster)} silos have keys; a round needs max(n-s, U) = {need}: "
+                "start more SuperNodes or lower num_stragglers / recovery_threshold"
+            )
+        missing = tuple(sorted(self._asked - set(self._pending_keys)))
+        self.roster, self._pending_keys = roster, {}
+        self.stage = ServerStage.READY
+        return missing
+
+    # ------------------------------------------------------------------ collection
+    def start_round(self, number: int) -> list[TrainRequest]:
+        self._require(ServerStage.READY)
+        if number <= self.last_round:
+            raise LocalProtocolError(f"round {number} must follow round {self.last_round}")
+        cfg = self.config
+        roster = tuple(sorted(self.roster.items()))
+        self._round = _Round(number)
+        self.last_round = number
+        self.stage = ServerStage.COLLECTING
+        return [
+            TrainRequest(digest=cfg.digest, round=number, sender=SERVER, recipient=s, roster=roster)
+            for s, _ in roster
+        ]
+
+    def _on_upload(self, msg: Upload) -> None:
+        rnd = self._current()
+        cfg = self.config
+        if msg.round != rnd.number:
+            raise RemoteProtocolError(
+                f"upload for round {msg.round} during round {rnd.number}", sender=msg.sender
+            )
+        if msg.sender not in self.roster:
+            raise RemoteProtocolError("upload from a silo outside the roster", sender=msg.sender)
+        if msg.sender in rnd.uploads:
+            raise RemoteProtocolError("duplicate upload in this round", sender=msg.sender)
+        if msg.masked.numel() != cfg.vector_length:
+            raise RemoteProtocolError(
+                f"upload has {msg.masked.numel()} elements, expected {cfg.vector_length}",
+                sender=msg.sender,
+            )
+        recipients = [r for r, _ in msg.shares]
+        if recipients != sorted(self.roster):
+            raise RemoteProtocolError(
+                "upload must carry one share per roster silo, in order", sender=msg.sender
+            )
+        size = 4 * cfg.sharing.piece_length + TAG_BYTES
+        if any(len(c) != size for _, c in msg.shares):
+            raise RemoteProtocolError(f"a sealed share is not {size} bytes", sender=msg.sender)
+        try:
+            cfg.field.validate(msg.masked, name="masked upload")
+        except ValueError as exc:
+            raise RemoteProtocolError(str(exc), sender=msg.sender) from None
+        rnd.uploads[msg.sender] = msg
+
+    @property
+    def uploads_ready(self) -> bool:
+        """True once max(n-s, U) uploads are in: the round can close without the rest."""
+        rnd = self._round
+        return rnd is not None and len(rnd.uploads) >= self.config.min_uploads
+
+    @property
+    def uploads_complete(self) -> bool:
+        """True when waiting longer cannot help: the wanted extras are in, or every silo is."""
+        rnd = self._round
+        if rnd is None:
+            return False
+        want = min(self.config.min_uploads + self.config.extra_replies, len(self.roster))
+        return len(rnd.uploads) >= want
+
+    @property
+    def uploaded(self) -> tuple[int, ...]:
+        return tuple(sorted(self._round.uploads)) if self._round else ()
+
+    def close_collection(self) -> list[RecoveryRequest] | RoundAborted:
+        """Fix S = the silos whose upload arrived; ask each of them for its share sums."""
+        self._require(ServerStage.COLLECTING)
+        rnd = self._current()
+        cfg = self.config
+        survivors = tuple(sorted(rnd.uploads))
+        if len(survivors) < cfg.min_uploads:
+            return self._abort(
+                f"only {len(survivors)} of {len(self.roster)} silos uploaded in time; the round "
+                f"needs max(n-s, U) = {cfg.min_uploads} (stragglers tolerated: s={cfg.s})"
+            )
+        rows = weight_rows(cfg, survivors)
+        rnd.survivors, rnd.weights = survivors, rows
+        self.stage = ServerStage.RECOVERING
+        weights = tuple(tuple(int(v) for v in row) for row in rows)
+        requests = []
+        for j in survivors:
+            boxes = tuple(dict(rnd.uploads[i].shares)[j] for i in survivors)
+            requests.append(
+                RecoveryRequest(
+                    digest=cfg.digest,
+                    round=rnd.number,
+                    sender=SERVER,
+                    recipient=j,
+                    survivors=survivors,
+                    weights=weights,
+                    shares=boxes,
+                )
+            )
+        return requests
+
+    # ------------------------------------------------------------------ recovery
+    def _on_recovery_reply(self, msg: RecoveryReply) -> None:
+        rnd = self._current()
+        cfg = self.config
+        if msg.round != rnd.number:
+            raise RemoteProtocolError(
+                f"recovery reply for round {msg.round} during round {rnd.number}", sender=msg.sender
+            )
+        if msg.sender not in rnd.survivors:
+            raise RemoteProtocolError(
+                "recovery reply from a silo that was not asked", sender=msg.sender
+            )
+        if msg.sender in rnd.replies:
+            raise RemoteProtocolError("duplicate recovery reply", sender=msg.sender)
+        expect = (_weights(rnd).shape[0], cfg.sharing.piece_length)
+        if tuple(msg.rows.shape) != expect:
+            raise RemoteProtocolError(
+                f"recovery reply has shape {tuple(msg.rows.shape)}, expected {expect}",
+                sender=msg.sender,
+            )
+        try:
+            cfg.field.validate(msg.rows, name="recovery reply")
+        except ValueError as exc:
+            raise RemoteProtocolError(str(exc), sender=msg.sender) from None
+        rnd.replies[msg.sender] = msg.rows
+
+    @property
+    def recovery_ready(self) -> bool:
+        rnd = self._round
+        return rnd is not None and len(rnd.replies) >= self.config.U
+
+    def finish(self) -> RoundResult | RoundAborted:
+        """Decode the round (needs U recovery replies), or abort it saying why."""
+        self._require(ServerStage.RECOVERING)
+        rnd = self._current()
+        cfg = self.config
+        if len(rnd.replies) < cfg.U:
+            return self._abort(
+                f"only {len(rnd.replies)} of {len(rnd.survivors)} survivors answered the recovery "
+                f"request; unmasking needs U = {cfg.U} (lower recovery_threshold to tolerate "
+                "dropouts during recovery)"
+            )
+        weights = _weights(rnd)
+        F = cfg.field
+        masks = cfg.sharing.decode(rnd.replies)  # (R, d): sum_i w_i z_i per row
+        masked = F.matmul(weights, [rnd.uploads[i].masked for i in rnd.survivors])
+        sums = F.sub(masked, masks)  # row 0: sum_k q(g_k); rows 1..: parity checks
+        if sums.shape[0] > 1 and bool((sums[1:] != 0).any()):
+            suspects = locate_inconsistent(weights[1:], sums[1:], rnd.survivors, F.p)
+            named = (
+                f"; suspect silo(s) {list(suspects)}"
+                if suspects
+                else ("; add extra replies (>= 2) to name the silo" if sums.shape[0] == 2 else "")
+            )
+            return self._abort(
+                "replicas of a partition disagree: the replies are inconsistent, "
+                f"so the sum would be wrong{named}",
+                suspects=suspects,
+            )
+        try:
+            total = dequantize(sums[0], cfg.quantization, F)
+        except DecodingError as exc:
+            return self._abort(str(exc))
+        result = RoundResult(
+            round=rnd.number,
+            total=total,
+            aggregate=sums[0],
+            survivors=rnd.survivors,
+            responders=tuple(sorted(rnd.replies)),
+            stragglers=tuple(s for s in sorted(self.roster) if s not in rnd.uploads),
+            checks=sums.shape[0] - 1,
+        )
+        self._round = None
+        self.stage = ServerStage.READY
+        return result
+
+    def abort(self, reason: str) -> RoundAborted:
+        """Give up the current round (e.g. the driver's deadline passed)."""
+        self._require(ServerStage.COLLECTING, ServerStage.RECOVERING)
+        return self._abort(reason)
+
+    # ------------------------------------------------------------------ internals
+    def _current(self) -> _Round:
+        if self._round is None:
+            raise LocalProtocolError("no round in progress")
+        return self._round
+
+    def _abort(self, reason: str, suspects: tuple[int, ...] = ()) -> RoundAborted:
+        rnd = self._current()
+        out = RoundAborted(
+            round=rnd.number, reason=reason, suspects=suspects, survivors=rnd.survivors
+        )
+        self._round = None
+        self.stage = ServerStage.READY
+        return out
+
+
+def _weights(rnd: _Round) -> np.ndarray:
+    if rnd.weights is None:
+        raise LocalProtocolError("the round has no survivor set yet (close_collection first)")
+    return rnd.weights
+
+
+def locate_inconsistent(
+    checks: np.ndarray, results: torch.Tensor, survivors: Sequence[int], p: int
+) -> tuple[int, ...]:
+    """Name the one silo whose reply explains every failed parity check, if there is one.
+
+    With e check rows H and one bad reply at survivor c with error E, check k returns
+    :math:`H_{kc} E`. Any two columns of H are independent when e >= 2 (the code on S is MDS),
+    so exactly one c fits; with e = 1 every column fits and nothing can be named.
+    """
+    e = checks.shape[0]
+    if e < 2:
+        return ()
+    r = results.to(torch.int64).numpy()
+    nz = np.flatnonzero(r.any(axis=0))
+    if nz.size == 0:
+        return ()
+    v = r[:, nz[0]]
+    fits = []
+    for c in range(checks.shape[1]):
+        h = checks[:, c]
+        k0 = int(np.flatnonzero(h)[0]) if h.any() else -1
+        if k0 < 0:
+            continue
+        lam = int(v[k0]) * pow(int(h[k0]), -1, p) % p
+        if not np.array_equal(h * lam % p, v):
+            continue
+        err = r[k0] * pow(int(h[k0]), -1, p) % p
+        if np.array_equal((h[:, None] * err[None, :]) % p, r):
+            fits.append(int(survivors[c]))
+    return tuple(fits) if len(fits) == 1 else ()

@@ -1,0 +1,124 @@
+"""Mask sharing with privacy T and recovery threshold U (LightSecAgg-style, So et al. 2022).
+
+Silo i draws one stream of :math:`U m` field elements from a fresh seed, :math:`m = \\lceil d /
+(U-T) \\rceil`, and reads it as U pieces of length m: the first :math:`U-T` pieces hold its mask
+:math:`z_i` (its first d elements; the rest of the last piece is padding), the last T pieces are
+uniform noise. With distinct points :math:`\\beta_1..\\beta_U` and :math:`\\alpha_1..\\alpha_n`,
+let :math:`f_i` be the polynomial of degree :math:`< U` with :math:`f_i(\\beta_k) =` piece k;
+silo j's share is :math:`f_i(\\alpha_j)`, i.e. share = W pieces with :math:`W_{jk} =
+\\ell_k(\\alpha_j)` (Lagrange basis on the betas).
+
+- **Privacy.** Any T shares of :math:`z_i` are uniform and independent of :math:`z_i`: for fixed
+  data pieces, the map from the T noise pieces to T shares is the T x T matrix
+  :math:`\\ell_t(\\alpha_j)`, which is invertible because a nonzero polynomial of degree
+  :math:`< U` cannot vanish at the :math:`U-T` data betas and at T alphas (U roots).
+- **Recovery.** Shares are linear in the pieces, so for any weights :math:`a`, silo j's
+  :math:`\\sum_i a_i f_i(\\alpha_j)` is an evaluation of :math:`F = \\sum_i a_i f_i`; any U such
+  evaluations determine F, whose values at the data betas are the pieces of
+  :math:`\\sum_i a_i z_i`. One shot, linear in a, whatever a is (gradient-code weights included).
+
+Cost per silo: the :math:`n \\times U` by :math:`U \\times m` product (:meth:`PrimeField.matmul`),
+:math:`n d U / (U - T)` multiply-adds; shares add :math:`n d / (U - T)` elements to the upload.
+
+>>> F = PrimeField(101)
+>>> ms = MaskSharing(n=4, privacy=1, threshold=3, length=5, field=F)
+>>> stream = torch.arange(ms.stream_length, dtype=torch.int64).to(torch.uint32)
+>>> pieces = ms.pieces_from_stream(stream)
+>>> shares = ms.encode(pieces)
+>>> ms.decode({0: shares[0:1], 2: shares[2:3], 3: shares[3:4]})[0].tolist()  # the mask back
+[0, 1, 2, 3, 4]
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping
+
+import numpy as np
+import torch
+
+from coded_fl.errors import ConfigurationError, DecodingError, InputError
+from coded_fl.field import PrimeField
+from coded_fl.linalg import lagrange_basis
+
+__all__ = ["MaskSharing"]
+
+
+class MaskSharing:
+    """Shares of a d-element mask among n silos: any T reveal nothing, any U recover sums.
+
+    Parameters
+    ----------
+    n
+        Number of silos (share holders), indexed 0..n-1.
+    privacy
+        T, the number of colluding share holders that learn nothing (T >= 0).
+    threshold
+        U, the number of share holders needed to recover a weighted sum (T < U <= n).
+    length
+        d, the mask length.
+    field
+        The field (the points U + n must fit in it).
+    """
+
+    def __init__(self, *, n: int, privacy: int, threshold: int, length: int, field: PrimeField):
+        if not 0 <= privacy < threshold <= n:
+            raise ConfigurationError(
+                f"mask sharing needs 0 <= T < U <= n, got T={privacy}, U={threshold}, n={n}"
+            )
+        if threshold + n >= field.p:
+            raise ConfigurationError(f"GF({field.p}) is too small for {threshold + n} points")
+        if length < 1:
+            raise ConfigurationError(f"mask length must be >= 1, got {length}")
+        self.n, self.T, self.U, self.d, self.field = n, privacy, threshold, length, field
+        self.piece_length = -(-length // (threshold - privacy))
+        self.betas = np.arange(1, threshold + 1, dtype=np.int64)
+        self.alphas = np.arange(threshold + 1, threshold + 1 + n, dtype=np.int64)
+        #: W (n x U): share j = sum_k W[j, k] * piece k.
+        self.encoding_matrix = lagrange_basis(self.betas, self.alphas, field.p)
+
+    @property
+    def stream_length(self) -> int:
+        """How many field elements of the silo's seed stream make its U pieces (U m)."""
+        return self.U * self.piece_length
+
+    def pieces_from_stream(self, stream: torch.Tensor) -> torch.Tensor:
+        """The (U, m) pieces in a ``stream_length`` stream; its first d elements are the mask."""
+        if stream.numel() != self.stream_length:
+            raise InputError(f"need {self.stream_length} stream elements, got {stream.numel()}")
+        return stream.reshape(self.U, self.piece_length)
+
+    def encode(self, pieces: torch.Tensor) -> torch.Tensor:
+        """The n shares (n, m) of one silo's pieces."""
+        return self.field.matmul(self.encoding_matrix, pieces)
+
+    @functools.lru_cache(maxsize=256)  # noqa: B019 - the instance is long-lived and hashable
+    def _decoding_matrix(self, holders: tuple[int, ...]) -> np.ndarray:
+        return lagrange_basis(
+            self.alphas[list(holders)], self.betas[: self.U - self.T], self.field.p
+        )
+
+    def decode(self, replies: Mapping[int, torch.Tensor]) -> torch.Tensor:
+        """From silo -> (R, m) weighted share sums of at least U silos, the R weighted mask sums.
+
+        Returns an (R, d) tensor: row r is :math:`\\sum_i a^{(r)}_i z_i`. Uses the U lowest
+        silo ids among the replies (any U give the same answer).
+        """
+        if len(replies) < self.U:
+            raise DecodingError(
+                f"mask recovery needs replies from U={self.U} silos, got {len(replies)}"
+            )
+        holders = tuple(sorted(replies)[: self.U])
+        for j in holders:
+            if not 0 <= j < self.n:
+                raise InputError(f"unknown silo {j} (silos are 0..{self.n - 1})")
+        rows = {tuple(replies[j].shape) for j in holders}
+        if len(rows) != 1 or next(iter(rows))[-1] != self.piece_length:
+            raise InputError(f"replies must all be (R, {self.piece_length}), got {sorted(rows)}")
+        stacked = torch.stack([replies[j].reshape(-1, self.piece_length) for j in holders], dim=1)
+        dec = self._decoding_matrix(holders)
+        out = [
+            self.field.matmul(dec, stacked[r]).reshape(-1)[: self.d]
+            for r in range(stacked.shape[0])
+        ]
+        return torch.stack(out)

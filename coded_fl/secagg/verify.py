@@ -1,0 +1,87 @@
+"""Which weighted mask sums a silo may help recover, decided from public facts only.
+
+The server asks each silo for :math:`\\sum_{i \\in S} w_i [z_i]_j` for a few weight rows w. A
+dishonest server could ask for a unit vector and unmask one silo, so every silo checks the rows:
+
+- row 0 must equal the gradient code's decoding vector for S (``a`` with
+  :math:`a^T B_S = 1^T`): unmasking with it reveals only :math:`\\sum_k q(g_k)`, the sum;
+- every further row h must be a nonzero parity check of the code on S (:math:`h^T B_S = 0`): for
+  consistent replies :math:`\\sum_i h_i c_i = 0`, so unmasking it reveals nothing, and for
+  inconsistent ones it reveals only a combination of the errors. At most |S| - (n - s) of them.
+
+The server builds the same rows with :func:`weight_rows`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from coded_fl.errors import RemoteProtocolError
+from coded_fl.linalg import left_null_space, mat_mul
+from coded_fl.secagg.config import ProtocolConfig
+from coded_fl.secagg.messages import SERVER
+
+__all__ = ["check_survivors", "check_weight_rows", "weight_rows"]
+
+
+def check_survivors(cfg: ProtocolConfig, survivors: Sequence[int]) -> tuple[int, ...]:
+    s = tuple(int(i) for i in survivors)
+    if list(s) != sorted(set(s)) or any(not 0 <= i < cfg.n for i in s):
+        raise RemoteProtocolError(
+            f"survivor set must be strictly increasing silo ids in 0..{cfg.n - 1}", sender=SERVER
+        )
+    if len(s) < cfg.min_uploads:
+        raise RemoteProtocolError(
+            f"survivor set has {len(s)} silos; the configuration needs at least {cfg.min_uploads}",
+            sender=SERVER,
+        )
+    return s
+
+
+def weight_rows(cfg: ProtocolConfig, survivors: Sequence[int]) -> np.ndarray:
+    """Row 0: the decoding vector for S; then a basis of the code's parity checks on S."""
+    s = check_survivors(cfg, survivors)
+    code = cfg.gradient_code
+    a = np.asarray(code.decoding_vector(list(s)), dtype=np.int64).reshape(1, -1)
+    checks = left_null_space(code.matrix[list(s)], cfg.p)
+    return np.concatenate([a, checks[: len(s) - (cfg.n - cfg.s)]], axis=0)
+
+
+def check_weight_rows(
+    cfg: ProtocolConfig, survivors: Sequence[int], weights: Sequence[Sequence[int]]
+) -> np.ndarray:
+    """Refuse (RemoteProtocolError, blaming the server) any row a silo must not answer."""
+    s = check_survivors(cfg, survivors)
+    w = np.asarray(weights, dtype=np.int64)
+    if w.ndim != 2 or w.shape[0] < 1 or w.shape[1] != len(s):
+        raise RemoteProtocolError(
+            f"weights must be rows of {len(s)} entries, got shape {w.shape}", sender=SERVER
+        )
+    if np.any((w < 0) | (w >= cfg.p)):
+        raise RemoteProtocolError("weights must be field elements", sender=SERVER)
+    expected = np.asarray(cfg.gradient_code.decoding_vector(list(s)), dtype=np.int64)
+    if not np.array_equal(w[0], expected):
+        raise RemoteProtocolError(
+            "weight row 0 is not the public code's decoding vector for the announced survivors: "
+            "refused (it could unmask individual silos)",
+            sender=SERVER,
+        )
+    extra = w[1:]
+    if extra.shape[0] > len(s) - (cfg.n - cfg.s):
+        raise RemoteProtocolError(
+            f"{extra.shape[0]} check rows requested; at most |S| - (n - s) = "
+            f"{len(s) - (cfg.n - cfg.s)} are parity checks",
+            sender=SERVER,
+        )
+    if extra.shape[0]:
+        if np.any(~extra.any(axis=1)):
+            raise RemoteProtocolError("a check row is all zero", sender=SERVER)
+        product = mat_mul(extra, cfg.gradient_code.matrix[list(s)], cfg.p)
+        if np.any(product):
+            raise RemoteProtocolError(
+                "a check row is not a parity check of the code on the survivors: refused",
+                sender=SERVER,
+            )
+    return w

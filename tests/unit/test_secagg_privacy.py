@@ -1,0 +1,140 @@
+"""Privacy: the server's view depends on the honest inputs only through their sum.
+
+Two tests. (1) Exact: in a tiny field, enumerate every mask and noise value of every silo and
+compare the *exact* distributions of the server's view (uploads + recovery replies), with and
+without the shares a colluding silo holds, for two input sets with the same sum. (2) Statistical:
+run the full protocol (real machines, AES-GCM, the codec) many times with seeded randomness in a
+small field and compare the distributions of every pair of view components (chi-square).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter
+
+import numpy as np
+import torch
+from scipy import stats
+
+from coded_fl.secagg import ProtocolConfig, RoundResult
+from coded_fl.secagg.harness import Harness, Silo
+
+
+def exact_view_distribution(
+    cfg: ProtocolConfig, q: np.ndarray, survivors: list[int], colluder: int | None
+) -> dict[tuple[int, ...], int]:
+    """q: (K,) quantized partition values (d = 1). Enumerates every (mask, noise) stream of every
+    silo, except the colluder's, which is fixed: the colluder knows it, and equal distributions
+    for every fixed value of it mean equal distributions overall."""
+    p, n = cfg.p, cfg.n
+    code, ms = cfg.gradient_code, cfg.sharing
+    u = ms.U
+    c = code.matrix.astype(np.int64) @ q % p  # c_i = sum_k B_ik q_k
+    a = np.asarray(code.decoding_vector(survivors), dtype=np.int64)
+    free = [i for i in range(n) if i != colluder]
+    grid = np.indices((p,) * (len(free) * u)).reshape(len(free) * u, -1).T
+    pieces = np.zeros((grid.shape[0], n, u), dtype=np.int64)  # silo i: [z_i, noise...]
+    pieces[:, free, :] = grid.reshape(-1, len(free), u)
+    if colluder is not None:
+        pieces[:, colluder, :] = np.arange(3, 3 + u) % p
+    shares = pieces @ ms.encoding_matrix.T % p  # shares[:, i, j]: silo i's share for silo j
+    y = (c[None, :] + pieces[:, :, 0]) % p  # every upload, stragglers' late ones included
+    agg = np.einsum("i,nij->nj", a, shares[:, survivors, :][:, :, survivors]) % p
+    parts = [y, agg]
+    if colluder is not None:
+        parts.append(shares[:, :, colluder])  # all shares the colluder received
+    rows, counts = np.unique(np.concatenate(parts, axis=1), axis=0, return_counts=True)
+    return {tuple(r): int(k) for r, k in zip(rows.tolist(), counts.tolist(), strict=True)}
+
+
+def test_exact_view_is_identical_for_inputs_with_the_same_sum():
+    # p = 11, n = 3, s = 1, T = 1, U = 2, K = 3, d = 1: all 11^6 mask/noise combinations.
+    cfg = ProtocolConfig(
+        num_silos=3,
+        num_stragglers=1,
+        privacy_threshold=1,
+        recovery_threshold=2,
+        vector_length=1,
+        p=11,
+        scale=1.0,
+        headroom_bits=0,
+    )
+    same_a, same_b, other = np.array([1, 10, 0]), np.array([0, 0, 0]), np.array([1, 1, 0])
+    v1 = exact_view_distribution(cfg, same_a, [0, 1], None)
+    assert v1 == exact_view_distribution(cfg, same_b, [0, 1], None)  # exactly the same
+    assert v1 != exact_view_distribution(cfg, other, [0, 1], None)  # a different sum shows
+
+
+def test_exact_view_with_a_colluding_silo_reveals_nothing_more():
+    # p = 11, n = 4, s = 1, T = 1, U = 2, K = 4: silo 3 colludes with the server; the honest
+    # partitions it does not hold get two splits of the same sum.
+    cfg = ProtocolConfig(
+        num_silos=4,
+        num_stragglers=1,
+        privacy_threshold=1,
+        recovery_threshold=2,
+        vector_length=1,
+        p=11,
+        scale=1.0,
+        headroom_bits=0,
+    )
+    colluder = 3
+    free = [k for k in range(4) if k not in cfg.gradient_code.support(colluder)]
+    assert len(free) >= 2
+    q1, q2, q3 = (np.zeros(4, dtype=np.int64) for _ in range(3))
+    q1[free[0]], q1[free[1]] = 1, 10
+    q3[free[0]] = 1
+    s = [0, 1, 2]
+    v1 = exact_view_distribution(cfg, q1, s, colluder)
+    assert v1 == exact_view_distribution(cfg, q2, s, colluder)
+    assert v1 != exact_view_distribution(cfg, q3, s, colluder)
+
+
+def test_full_protocol_view_statistics_do_not_depend_on_the_split_of_the_sum():
+    p = 13
+    cfg = ProtocolConfig(
+        num_silos=3,
+        num_stragglers=1,
+        privacy_threshold=1,
+        recovery_threshold=2,
+        vector_length=1,
+        p=p,
+        scale=1.0,
+        headroom_bits=0,
+        run_id="privacy",
+    )
+    views: dict[int, list[tuple[int, ...]]] = {0: [], 1: []}
+    inputs = {0: [1.0, -1.0, 0.0], 1: [0.0, 0.0, 0.0]}  # same sum, exact integers (no rounding)
+    runs = 1200
+    for which, values in inputs.items():
+        for seed in range(runs):
+            h = Harness(
+                cfg,
+                seed=seed + which * 100_000,
+                partials=lambda r, k, v=values: torch.tensor([v[k]]),
+            )
+            h.setup()
+            seen: list[int] = []
+            orig = h.server.receive
+
+            def spy(msg, orig=orig, seen=seen):
+                orig(msg)
+                if hasattr(msg, "masked"):
+                    seen.append(int(msg.masked[0]))
+                elif hasattr(msg, "rows"):
+                    seen.append(int(msg.rows[0, 0]))
+
+            h.server.receive = spy  # type: ignore[method-assign]
+            out = h.run_round(1, {2: Silo(delay=1.0)})
+            assert isinstance(out.result, RoundResult)
+            views[which].append(tuple(seen))
+    a, b = np.array(views[0]), np.array(views[1])
+    assert a.shape == b.shape == (runs, 4)  # 2 uploads used (+1 late, refused) ... 2 replies
+    pvalues = []
+    for i, j in itertools.combinations(range(a.shape[1]), 2):
+        ca = Counter(zip(a[:, i], a[:, j], strict=True))
+        cb = Counter(zip(b[:, i], b[:, j], strict=True))
+        cells = sorted(set(ca) | set(cb))
+        table = np.array([[ca[c] for c in cells], [cb[c] for c in cells]])
+        pvalues.append(stats.chi2_contingency(table)[1])
+    assert min(pvalues) > 1e-3 / len(pvalues), pvalues  # Bonferroni over the pairs
