@@ -305,9 +305,11 @@ class PrimeField:
             return _tk.matmul(m.tolist(), vs, self.p)
         shape = (m.shape[0], *vs[0].shape)
         out = torch.empty(shape, dtype=torch.uint32)
+        flat_out = out.reshape(m.shape[0], -1).numpy()
         if isinstance(vectors, torch.Tensor):  # already stacked: no copy
             stacked = vectors.detach().contiguous().reshape(len(vs), -1).numpy()
-        else:
-            stacked = np.stack([as_numpy_u32(v) for v in vs])
-        _cpu.matmul(np.ascontiguousarray(m), stacked, out.reshape(m.shape[0], -1).numpy(), self.p)
+            _cpu.matmul(np.ascontiguousarray(m), stacked, flat_out, self.p)
+        else:  # separate tensors: read them in place
+            arrays = typed_list([as_numpy_u32(v) for v in vs])
+            _cpu.matmul_list(np.ascontiguousarray(m), arrays, flat_out, self.p)
         return out

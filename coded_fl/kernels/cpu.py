@@ -218,6 +218,41 @@ def matmul(m, x, out, p):
                     ov[i] = a[i] % pp
 
 
+@njit(cache=True)
+def matmul_list(m, xs, out, p):
+    """As :func:`matmul` with the L inputs given as a typed list (no stacking copy)."""
+    rows, inner = m.shape
+    d = out.shape[1]
+    block = max(256, 8192 // max(rows, 1))
+    acc = np.zeros((rows, block), dtype=np.uint64)
+    pp = np.uint64(p)
+    mersenne = p == 2**31 - 1
+    for start in range(0, d, block):
+        end = min(start + block, d)
+        n = end - start
+        acc[:, :n] = 0
+        for ll in range(inner):
+            xv = xs[ll][start:end]
+            for r in range(rows):
+                c = np.uint64(np.uint32(m[r, ll]))
+                a = acc[r, :n]
+                if mersenne:
+                    for i in range(n):
+                        a[i] += _fold_m31(c * np.uint64(xv[i]))
+                else:
+                    for i in range(n):
+                        a[i] += (c * np.uint64(xv[i])) % pp
+        for r in range(rows):
+            a = acc[r, :n]
+            ov = out[r, start:end]
+            if mersenne:
+                for i in range(n):
+                    ov[i] = _final_m31(a[i])
+            else:
+                for i in range(n):
+                    ov[i] = a[i] % pp
+
+
 # --------------------------------------------------------------------------- quantization
 
 

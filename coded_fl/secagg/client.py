@@ -29,6 +29,7 @@ ClientApp can keep it in ``context.state`` between messages. It never leaves the
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 from collections.abc import Sequence
@@ -94,6 +95,7 @@ class ClientMachine:
         self.recovered_round = 0  # the latest round answered with a RecoveryReply
         self._pairwise: dict[tuple[int, bytes], bytes] = {}
         self.stats = QuantizationStats()
+        self._own_share: torch.Tensor | None = None
 
     def __repr__(self) -> str:  # no key material
         return f"ClientMachine(silo={self.silo}, stage={self.stage.value}, round={self.round})"
@@ -218,6 +220,7 @@ class ClientMachine:
         self.round = msg.round
         self.stage = ClientStage.TRAINING
         self._task = task
+        self._own_share = None
         return task
 
     def upload(self, task: TrainTask, partials: Sequence[torch.Tensor]) -> Upload:
@@ -258,7 +261,10 @@ class ClientMachine:
                 ),
             )
             for j in sorted(self.roster)
+            if j != silo
         )
+        # The share for this silo itself never travels: it stays here until the recovery.
+        self._own_share = shares[silo].clone()
         self.stage = ClientStage.UPLOADED
         return Upload(
             digest=cfg.digest,
@@ -292,6 +298,20 @@ class ClientMachine:
         m = cfg.sharing.piece_length
         shares = []
         for i, box in zip(survivors, msg.shares, strict=True):
+            if i == silo:
+                if box:
+                    raise RemoteProtocolError(
+                        "a share addressed from this silo to itself: its own share never leaves it",
+                        sender=SERVER,
+                    )
+                own = self._own_share
+                if own is None or self.stage == ClientStage.TRAINING:
+                    raise RemoteProtocolError(
+                        "this silo is named a survivor but has not uploaded in this round",
+                        sender=SERVER,
+                    )
+                shares.append(own)
+                continue
             raw = open_sealed(
                 self._key_for(i),
                 box,
@@ -324,6 +344,9 @@ class ClientMachine:
             "round": self.round,
             "recovered_round": self.recovered_round,
             "task": None,
+            "own_share": None
+            if self._own_share is None
+            else base64.b64encode(self._own_share.numpy().tobytes()).decode(),
         }
         task = getattr(self, "_task", None)
         if task is not None and self.stage == ClientStage.TRAINING:
@@ -350,6 +373,11 @@ class ClientMachine:
             m.roster = {int(s): bytes.fromhex(k) for s, k in state["roster"]}
             m.round = int(state["round"])
             m.recovered_round = int(state["recovered_round"])
+            if state.get("own_share") is not None:
+                raw_share = base64.b64decode(state["own_share"])
+                m._own_share = torch.from_numpy(
+                    np.frombuffer(raw_share, dtype="<u4").astype(np.uint32)
+                )
         except (ValueError, KeyError, TypeError) as exc:
             raise LocalProtocolError(
                 f"stored client state is unreadable: {type(exc).__name__}"

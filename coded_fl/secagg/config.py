@@ -205,7 +205,9 @@ class ProtocolConfig:
         return hashlib.sha256(b"coded-fl/config/v1" + self.to_json()).digest()[:8]
 
     def upload_elements(self) -> int:
-        """Field elements one silo uploads per round: d plus n shares of m."""
+        """Field elements one silo sends per round: its masked vector (d), a share of m for each
+        of the other n - 1 silos, and its recovery reply (m per weight row; one row without
+        extra replies): d + n m = (1 + n/(U-T)) d when U - T divides d."""
         return self.vector_length + self.n * self.sharing.piece_length
 
     def describe(self) -> str:

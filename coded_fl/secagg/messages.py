@@ -85,7 +85,7 @@ class TrainRequest(Message):
 
 @dataclass(frozen=True, eq=False)
 class Upload(Message):
-    """Silo -> server: the masked coded vector and one sealed mask share per member."""
+    """Silo -> server: the masked coded vector and one sealed mask share per other member."""
 
     TYPE: ClassVar[int] = 4
     masked: torch.Tensor = field(default_factory=lambda: torch.empty(0, dtype=torch.uint32))
@@ -95,7 +95,8 @@ class Upload(Message):
 @dataclass(frozen=True)
 class RecoveryRequest(Message):
     """Server -> silo: the survivor set, the weight rows to apply, and the sealed shares that
-    the survivors addressed to this silo (one per survivor, in the order of ``survivors``)."""
+    the survivors addressed to this silo (one per survivor, in the order of ``survivors``;
+    empty where the survivor is this silo, whose own share never left it)."""
 
     TYPE: ClassVar[int] = 5
     survivors: tuple[int, ...] = ()

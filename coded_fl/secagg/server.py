@@ -215,9 +215,9 @@ class ServerMachine:
                 sender=msg.sender,
             )
         recipients = [r for r, _ in msg.shares]
-        if recipients != sorted(self.roster):
+        if recipients != [j for j in sorted(self.roster) if j != msg.sender]:
             raise RemoteProtocolError(
-                "upload must carry one share per roster silo, in order", sender=msg.sender
+                "upload must carry one share per other roster silo, in order", sender=msg.sender
             )
         size = 4 * cfg.sharing.piece_length + TAG_BYTES
         if any(len(c) != size for _, c in msg.shares):
@@ -264,7 +264,8 @@ class ServerMachine:
         weights = tuple(tuple(int(v) for v in row) for row in rows)
         requests = []
         for j in survivors:
-            boxes = tuple(dict(rnd.uploads[i].shares)[j] for i in survivors)
+            # a survivor's share for itself stayed with it: b"" marks its place
+            boxes = tuple(b"" if i == j else dict(rnd.uploads[i].shares)[j] for i in survivors)
             requests.append(
                 RecoveryRequest(
                     digest=cfg.digest,

@@ -173,7 +173,10 @@ def test_client_refuses_forged_weights_replays_and_second_recovery():
         ),
         dataclasses.replace(req, round=req.round + 1),
         dataclasses.replace(req, round=0),
-        dataclasses.replace(req, shares=(req.shares[1], *req.shares[1:])),  # re-addressed share
+        dataclasses.replace(
+            req, shares=(req.shares[0], req.shares[2], req.shares[1], *req.shares[3:])
+        ),
+        dataclasses.replace(req, shares=(req.shares[1], *req.shares[1:])),  # a box in the own slot
         dataclasses.replace(req, digest=b"x" * 8),
         dataclasses.replace(req, recipient=req.recipient + 1),
     ]
