@@ -203,6 +203,7 @@ class SiloSession:
         self._failed: set[int] = set()
         self._sent = False
         self._finished = False
+        self._check_units(np.asarray(plan.needs[silo], dtype=np.int64))  # t = K: all cached
 
     def outgoing(self) -> list[ShuffleMessage]:
         """This silo's messages of a decentralized plan (once; empty for a centralized plan)."""
