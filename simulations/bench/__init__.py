@@ -7,4 +7,5 @@ it; absolute times on a shared 2-core machine are noisy, ratios measured side by
 #: name -> module under simulations.bench that defines ``run(report, quick)``.
 BENCHMARKS = {
     "kernels": "simulations.bench.kernels",
+    "shuffling": "simulations.bench.shuffling",
 }
