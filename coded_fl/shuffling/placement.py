@@ -180,8 +180,12 @@ def batch_assignment(
 def shifted_assignment(
     assignment: Assignment, K: int, shift: int = 1
 ) -> dict[UnitId, frozenset[int]]:
-    """Every unit moves from silo k to silo k - shift (mod K): the worst case, a single cycle
-    in which no silo keeps any unit (for ``shift`` coprime with K... and any shift != 0 mod K)."""
+    """Every unit moves from silo k to silo k - shift (mod K).
+
+    With one holder per unit (a batch split) no silo keeps anything: the worst case of the
+    papers (a single cycle of batches when ``shift`` is coprime with K). With s+1 holders per
+    unit (the gradient-code placement) the old and new holder sets overlap.
+    """
     if shift % K == 0:
         raise ConfigurationError("shift must not be a multiple of K (nothing would move)")
     return {u: frozenset((k - shift) % K for k in h) for u, h in assignment.items()}

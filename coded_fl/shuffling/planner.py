@@ -3,7 +3,7 @@
 Schemes (loads and sources in :mod:`coded_fl.shuffling.theory`):
 
 ``centralized``
-    One sender holds all data (Attia and Tandon 2019, Sec. IV, with the placement of
+    One sender holds all data (the coded delivery of Attia and Tandon 2019, with the placement of
     :mod:`~coded_fl.shuffling.placement`). For every (t+1)-set S of silos and round i, the sender
     XORs :math:`W_{n_k, S \\setminus k}` over the silos k of S that still need an i-th unit
     :math:`n_k`. Silo k knows every other term (it caches :math:`W_{\\cdot, T}` for

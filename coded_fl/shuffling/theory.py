@@ -40,6 +40,17 @@ optimal under uncoded storage there, and at t = 0 the bound is q(K-1), a factor 
 the scheme. A master holding all data can emulate any decentralized scheme, so the same bound
 holds for the decentralized setting (Wan et al. prove a tighter one, within 3/2 of their scheme).
 
+Sources and what was checked. The stored copies of the papers available here show their
+abstracts and introductions, not the theorem statements, so the formulas above are derived in
+this module and checked by the tests (exhaustively for K <= 5, including the acyclic bound of the
+placement by brute force over all silo orders), and the papers are cited for what their abstracts
+state: Attia and Tandon, a scheme within a factor K/(K-1) of their lower bound, optimal for K < 5
+with aligned coded shuffling; Elmahdy and Mohajer, the exact worst-case load-memory trade-off
+under uncoded storage; Wan et al., decentralized converse and schemes within a factor 3/2,
+optimal for large storage or K <= 4. Lee et al. ("Speeding up distributed machine learning using
+codes", IEEE Trans. IT 2018) treat random (not worst-case) shuffles with a master; their gain
+:math:`(\alpha + 1/n)\gamma(n)` equals t+1 with :math:`\alpha = t/K`, :math:`\gamma(n) = n = K`.
+
 Random (not worst-case) demands: with :math:`m_k` the number of units silo k must receive, the
 centralized scheme sends :math:`\max_{k \in S} m_k` XORs for each (t+1)-set S
 (:func:`centralized_load`), the decentralized one counts senders per S (:func:`decentralized_load`).
