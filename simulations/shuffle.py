@@ -98,7 +98,8 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"plan {s['plan_id'][:16]}: {s['messages']} messages of {s['message_bytes']} B "
         f"(units padded to {plan.layout.unit_size} B: {plan.layout.n_subfiles} subfiles x "
-        f"{plan.layout.n_pieces} pieces); {s['units_to_receive']} units to receive"
+        f"{plan.layout.n_pieces} pieces, padding +{plan.layout.padding_overhead(manifest):.1%}); "
+        f"{s['units_to_receive']} units to receive"
     )
     for k in range(K):
         sent = int((plan.msg_sender == k).sum())

@@ -123,14 +123,6 @@ class SegmentBuffer:
         mask[idx] = True
         self.known[self._unit_rows(n)] |= np.repeat(mask, self.layout.n_pieces)
 
-    def forget_unit(self, n: int) -> None:
-        """Drop unit n (its bytes are zeroed, nothing of it is known)."""
-        self.data[n] = 0
-        self.known[self._unit_rows(n)] = False
-
-    def complete_units(self) -> np.ndarray:
-        return np.flatnonzero(self.known.reshape(self.data.shape[0], -1).all(axis=1))
-
 
 def _term_index(ptr: np.ndarray, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Term indices of messages ``idx`` (concatenated) and each message's term count."""

@@ -150,22 +150,19 @@ def _codec(report: Report, K: int, t: int, mode: str, unit_bytes: int, repeats: 
         UnitManifest.from_data(data), now, shifted_assignment(now, K), K=K, t=t, mode=mode
     )
     piece = plan.layout.piece_size
-    if mode == "centralized":
-        src = SegmentBuffer.for_plan(plan)
-        for n, u in enumerate(plan.manifest.ids):
-            src.put_unit(n, plan.layout.pad(data[u]))
-        idx = plan.messages_from(-1)
-    else:
-        src = silo_buffer(plan, 0, data)
-        idx = plan.messages_from(0)
-    terms = lambda ix: int((plan.msg_ptr[ix + 1] - plan.msg_ptr[ix]).sum())  # noqa: E731
+    full = SegmentBuffer.for_plan(plan)  # the central sender: every unit
+    for n, u in enumerate(plan.manifest.ids):
+        full.put_unit(n, plan.layout.pad(data[u]))
+    src, sender = (full, -1) if mode == "centralized" else (silo_buffer(plan, 0, data), 0)
+    idx = plan.messages_from(sender)
+
+    def terms(ix: np.ndarray) -> int:
+        return int((plan.msg_ptr[ix + 1] - plan.msg_ptr[ix]).sum())
+
     out = np.empty((idx.size, piece), dtype=np.uint8)
     enc_bytes = terms(idx) * piece
     silo = silo_buffer(plan, 0, data)
     rx = plan.messages_to(0)
-    full = SegmentBuffer.for_plan(plan)
-    for n, u in enumerate(plan.manifest.ids):
-        full.put_unit(n, plan.layout.pad(data[u]))
     payloads = encode(plan, full, rx)
     dec_bytes = terms(rx) * piece  # payload + every known term read once
 

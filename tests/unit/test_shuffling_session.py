@@ -93,6 +93,8 @@ def test_duplicates_strays_and_misuse():
     relay = RelaySession(plan, epoch=3)
     m = msgs[0]
     relay.route(m)
+    assert m.index not in relay.pending() and len(relay.pending()) == plan.n_messages - 1
+    assert relay.silent_senders() == sorted({int(x) for x in plan.msg_sender})
     with pytest.raises(RemoteProtocolError, match="relayed twice"):
         relay.route(m)
     k = min(plan.receivers(m.index))
