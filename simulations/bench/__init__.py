@@ -8,4 +8,5 @@ it; absolute times on a shared 2-core machine are noisy, ratios measured side by
 BENCHMARKS = {
     "kernels": "simulations.bench.kernels",
     "protocol": "simulations.bench.protocol",
+    "shuffling": "simulations.bench.shuffling",
 }

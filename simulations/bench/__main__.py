@@ -26,7 +26,8 @@ def main(argv: list[str] | None = None) -> int:
     failed = []
     for name in names:
         t0 = time.perf_counter()
-        report = Report(name=name, quick=args.quick)
+        out = args.out if len(names) == 1 else (f"{args.out}/{name}.json" if args.out else None)
+        report = Report(name=name, quick=args.quick, out=out)
         module = importlib.import_module(BENCHMARKS[name])
         try:
             module.run(report, quick=args.quick)
@@ -36,7 +37,6 @@ def main(argv: list[str] | None = None) -> int:
             if len(names) == 1:
                 raise
             continue
-        out = args.out if len(names) == 1 else (f"{args.out}/{name}.json" if args.out else None)
         report.write(out)
         print(f"[{name}] done in {time.perf_counter() - t0:.1f} s", flush=True)
     return 1 if failed else 0

@@ -79,6 +79,8 @@ class Report:
     rows: list[dict[str, Any]] = field(default_factory=list)
     goals: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    #: Where the JSON will go (benchmarks may put companion files, e.g. a plot, beside it).
+    out: str | None = None
 
     def add(self, **row: Any) -> dict[str, Any]:
         self.rows.append(row)

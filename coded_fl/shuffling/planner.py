@@ -1,0 +1,352 @@
+"""Delivery plans: which coded messages move which subfiles so that every silo decodes its units.
+
+Schemes (loads and sources in :mod:`coded_fl.shuffling.theory`):
+
+``centralized``
+    One sender holds all data (the coded delivery of Attia and Tandon 2019, with the placement of
+    :mod:`~coded_fl.shuffling.placement`). For every (t+1)-set S of silos and round i, the sender
+    XORs :math:`W_{n_k, S \\setminus k}` over the silos k of S that still need an i-th unit
+    :math:`n_k`. Silo k knows every other term (it caches :math:`W_{\\cdot, T}` for
+    :math:`T \\ni k`) and so decodes its own.
+``decentralized``
+    No sender: silos send to each other through a relay (Wan, Tuninetti, Ji, Caire, Piantanida
+    2020, distributed clique cover). Each term of the XOR above is split into t pieces, one per
+    silo of :math:`S \\setminus k`; silo j of S sends the XOR of its pieces of the terms of the
+    other silos of S, all of which it caches. At t = 0 a holder sends each needed unit whole.
+``uncoded`` (``coded=False``)
+    The baseline: every missing subfile (or piece) is its own message.
+
+Every message is the XOR of equally long segments (``layout.piece_size`` bytes), and every term of
+a message is decoded by exactly one silo (``term_silo``), which knows all the other terms: decoding
+is one XOR pass per message, no elimination. XOR already meets the uncoded-storage lower bound in
+the centralized setting (theory module), so GF(2^8) combinations would not lower the load there.
+
+>>> from coded_fl.shuffling.units import UnitManifest
+>>> m = UnitManifest.from_data({u: bytes([u]) * 12 for u in range(4)})
+>>> now = {u: {u} for u in range(4)}
+>>> nxt = {u: {(u - 1) % 4} for u in range(4)}
+>>> p = plan_shuffle(m, now, nxt, K=4, t=2)
+>>> p.n_messages, p.load, p.formula_load()
+(4, 0.6666666666666666, 0.6666666666666666)
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from math import comb
+from typing import Any, Literal
+
+import numpy as np
+
+from coded_fl.errors import ConfigurationError, InputError
+from coded_fl.shuffling.placement import (
+    check_storage,
+    colex_rank,
+    normalize_assignment,
+    subsets,
+)
+from coded_fl.shuffling.theory import (
+    centralized_load,
+    decentralized_load,
+    uncoded_load,
+)
+from coded_fl.shuffling.units import Layout, UnitId, UnitManifest
+
+__all__ = ["CENTRAL", "Mode", "ShufflePlan", "plan_shuffle"]
+
+#: Sender id of the central sender (the one party that holds all data) in centralized plans.
+CENTRAL = -1
+
+Mode = Literal["centralized", "decentralized"]
+
+
+@dataclass(frozen=True, eq=False)
+class ShufflePlan:
+    """A placement plus the coded messages that deliver the next assignment.
+
+    Message i is the XOR of the segments ``term_row[msg_ptr[i]:msg_ptr[i+1]]`` (row r is piece
+    ``r % P`` of subfile ``(r // P) % n_subfiles`` of unit ``r // (P * n_subfiles)``, P =
+    ``layout.n_pieces``), sent by ``msg_sender[i]`` (:data:`CENTRAL` or a silo); the silo
+    ``term_silo[j]`` decodes term j and is a receiver of its message.
+    """
+
+    K: int
+    t: int
+    mode: Mode
+    coded: bool
+    manifest: UnitManifest
+    layout: Layout
+    holders: tuple[frozenset[int], ...]
+    target: tuple[frozenset[int], ...]
+    needs: tuple[tuple[int, ...], ...]
+    msg_sender: np.ndarray
+    msg_ptr: np.ndarray
+    term_row: np.ndarray
+    term_silo: np.ndarray
+    plan_id: bytes = field(repr=False)
+
+    # -- sizes -------------------------------------------------------------------------------
+    @property
+    def n_messages(self) -> int:
+        return int(self.msg_sender.size)
+
+    @property
+    def bytes_moved(self) -> int:
+        """Payload bytes on the shared link (one broadcast per message)."""
+        return self.n_messages * self.layout.piece_size
+
+    @property
+    def load(self) -> float:
+        """Measured load in units: messages times the fraction of a unit each one carries."""
+        return self.n_messages / self.layout.segments_per_unit
+
+    def need_counts(self) -> list[int]:
+        return [len(n) for n in self.needs]
+
+    def formula_load(self) -> float:
+        """The load the scheme's formula predicts for these needs (theory module)."""
+        m = self.need_counts()
+        if not self.coded:
+            return uncoded_load(self.K, self.t, m)
+        if self.mode == "centralized":
+            return centralized_load(self.K, self.t, m)
+        return decentralized_load(self.K, self.t, m)
+
+    # -- routing -----------------------------------------------------------------------------
+    def terms(self, i: int) -> tuple[np.ndarray, np.ndarray]:
+        """(segment rows, decoding silos) of message i."""
+        a, b = int(self.msg_ptr[i]), int(self.msg_ptr[i + 1])
+        return self.term_row[a:b], self.term_silo[a:b]
+
+    def receivers(self, i: int) -> frozenset[int]:
+        """The silos that decode something from message i (the relay forwards it to them)."""
+        return frozenset(int(k) for k in self.terms(i)[1])
+
+    def messages_from(self, sender: int) -> np.ndarray:
+        return np.flatnonzero(self.msg_sender == sender)
+
+    def messages_to(self, silo: int) -> np.ndarray:
+        msg_of_term = np.repeat(np.arange(self.n_messages), np.diff(self.msg_ptr))
+        return np.unique(msg_of_term[self.term_silo == silo])
+
+    def unit_of_row(self, rows: np.ndarray) -> np.ndarray:
+        return np.asarray(rows) // self.layout.segments_per_unit
+
+    def summary(self) -> dict[str, Any]:
+        """Plain figures for printing or JSON."""
+        return {
+            "K": self.K,
+            "t": self.t,
+            "mode": self.mode,
+            "coded": self.coded,
+            "units": len(self.manifest),
+            "subfiles_per_unit": self.layout.n_subfiles,
+            "pieces_per_subfile": self.layout.n_pieces,
+            "message_bytes": self.layout.piece_size,
+            "messages": self.n_messages,
+            "load_units": self.load,
+            "formula_load_units": self.formula_load(),
+            "bytes_moved": self.bytes_moved,
+            "units_to_receive": sum(self.need_counts()),
+            "plan_id": self.plan_id.hex(),
+        }
+
+
+def plan_shuffle(
+    manifest: UnitManifest,
+    current: Mapping[UnitId, Iterable[int]],
+    nxt: Mapping[UnitId, Iterable[int]],
+    *,
+    K: int,
+    t: int,
+    mode: Mode = "centralized",
+    coded: bool = True,
+    storage: float | None = None,
+) -> ShufflePlan:
+    """Plan one shuffle from the ``current`` assignment to ``nxt`` at storage level t.
+
+    ``storage`` (units per silo), when given, is checked against both assignments plus the
+    level-t cache (:func:`~coded_fl.shuffling.placement.check_storage`). Deterministic: every
+    party that plans from the same inputs gets the same plan and ``plan_id``.
+    """
+    if K < 1:
+        raise ConfigurationError(f"K (silos) must be >= 1, got {K}")
+    if not 0 <= t <= K:
+        raise ConfigurationError(f"storage level t must be in 0..K = 0..{K}, got {t}")
+    if mode not in ("centralized", "decentralized"):
+        raise ConfigurationError(f"mode must be 'centralized' or 'decentralized', got {mode!r}")
+    if len(manifest) == 0:
+        raise InputError("the manifest has no units")
+    holders = normalize_assignment(manifest, current, K, name="current assignment")
+    target = normalize_assignment(manifest, nxt, K, name="next assignment")
+    if storage is not None:
+        check_storage(K, t, storage, [("current", holders), ("next", target)])
+    needs = tuple(
+        tuple(n for n in range(len(manifest)) if k in target[n] and k not in holders[n])
+        for k in range(K)
+    )
+    pieces = t if (mode == "decentralized" and t >= 1) else 1
+    layout = Layout.for_manifest(manifest, n_subfiles=comb(K, t), n_pieces=pieces)
+    if mode == "decentralized" and t == 0:
+        lost = sorted({manifest.ids[n] for nk in needs for n in nk if not holders[n]}, key=repr)
+        if lost:
+            raise InputError(
+                f"units missing from every silo: {lost}: at t = 0 only a holder can send a unit; "
+                "give them to some silo, use a storage level t >= 1, or a centralized sender"
+            )
+    build = _coded if coded else _uncoded
+    sender, ptr, rows, silos = build(K, t, mode, needs, holders, layout)
+    plan_id = _plan_id(K, t, mode, coded, manifest, layout, holders, target)
+    return ShufflePlan(
+        K,
+        t,
+        mode,
+        coded,
+        manifest,
+        layout,
+        holders,
+        target,
+        needs,
+        sender,
+        ptr,
+        rows,
+        silos,
+        plan_id,
+    )
+
+
+_Arrays = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+
+
+def _need_matrix(K: int, needs: tuple[tuple[int, ...], ...]) -> np.ndarray:
+    width = max((len(n) for n in needs), default=0)
+    out = np.full((K, width), -1, dtype=np.int64)
+    for k, n in enumerate(needs):
+        out[k, : len(n)] = n
+    return out
+
+
+def _pack(parts: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]) -> _Arrays:
+    """Concatenate (sender per message, terms per message, rows, silos) blocks into CSR arrays."""
+    if not parts:
+        empty = np.zeros(0, dtype=np.int64)
+        return empty, np.zeros(1, dtype=np.int64), empty, empty
+    sender = np.concatenate([p[0] for p in parts]).astype(np.int64)
+    counts = np.concatenate([p[1] for p in parts]).astype(np.int64)
+    ptr = np.zeros(counts.size + 1, dtype=np.int64)
+    np.cumsum(counts, out=ptr[1:])
+    rows = np.concatenate([p[2] for p in parts]).astype(np.int64)
+    silos = np.concatenate([p[3] for p in parts]).astype(np.int64)
+    return sender, ptr, rows, silos
+
+
+def _coded(
+    K: int,
+    t: int,
+    mode: Mode,
+    needs: tuple[tuple[int, ...], ...],
+    holders: tuple[frozenset[int], ...],
+    layout: Layout,
+) -> _Arrays:
+    if t == K or not any(needs):
+        return _pack([])
+    if mode == "decentralized" and t == 0:
+        return _uncoded(K, t, mode, needs, holders, layout)
+    groups = subsets(K, t + 1)  # (nS, t+1): every (t+1)-set S
+    # sub[:, p]: subfile index of S minus its p-th member
+    sub = np.stack([colex_rank(np.delete(groups, p, axis=1)) for p in range(t + 1)], axis=1)
+    need = _need_matrix(K, needs)
+    P, n_sub = layout.n_pieces, layout.n_subfiles
+    parts = []
+    for i in range(need.shape[1]):
+        units = need[groups, i]  # (nS, t+1): the i-th unit each member still needs, or -1
+        valid = units >= 0
+        base = (units * n_sub + sub) * P  # row of piece 0 of the term's subfile
+        if mode == "centralized":
+            sel = valid.any(axis=1)
+            v = valid[sel]
+            parts.append(
+                (
+                    np.full(int(sel.sum()), CENTRAL),
+                    v.sum(axis=1),
+                    base[sel][v],
+                    groups[sel][v],
+                )
+            )
+            continue
+        for j in range(t + 1):  # silo at position j of S sends
+            mask = valid.copy()
+            mask[:, j] = False
+            sel = mask.any(axis=1)
+            m = mask[sel]
+            # piece index of sender j inside T = S minus member p: j if j < p else j - 1
+            piece = np.where(np.arange(t + 1) > j, j, j - 1)
+            rows = (base[sel] + piece[None, :])[m]
+            parts.append((groups[sel, j], m.sum(axis=1), rows, groups[sel][m]))
+    return _pack(parts)
+
+
+def _uncoded(
+    K: int,
+    t: int,
+    mode: Mode,
+    needs: tuple[tuple[int, ...], ...],
+    holders: tuple[frozenset[int], ...],
+    layout: Layout,
+) -> _Arrays:
+    """Every missing segment alone; sender: CENTRAL, a silo caching the subfile, or a holder."""
+    if t == K:
+        return _pack([])
+    subs = subsets(K, t)
+    P = layout.n_pieces
+    rows_all, silos_all, senders_all = [], [], []
+    for k, units in enumerate(needs):
+        if not units:
+            continue
+        missing = np.flatnonzero(~(subs == k).any(axis=1))  # subfiles silo k does not cache
+        u = np.asarray(units, dtype=np.int64)
+        rows = (u[:, None] * layout.n_subfiles + missing[None, :])[..., None] * P + np.arange(P)
+        rows_all.append(rows.reshape(-1))
+        silos_all.append(np.full(rows.size, k))
+        if mode == "centralized":
+            senders_all.append(np.full(rows.size, CENTRAL))
+        elif t == 0:
+            first = np.array([min(holders[n]) for n in units], dtype=np.int64)
+            senders_all.append(np.repeat(first, missing.size * P))
+        else:
+            first = subs[missing, 0]  # the smallest silo caching the subfile
+            senders_all.append(np.broadcast_to(first[None, :, None], rows.shape).reshape(-1))
+    if not rows_all:
+        return _pack([])
+    rows = np.concatenate(rows_all)
+    return _pack(
+        [
+            (
+                np.concatenate(senders_all),
+                np.ones(rows.size, np.int64),
+                rows,
+                np.concatenate(silos_all),
+            )
+        ]
+    )
+
+
+def _plan_id(
+    K: int,
+    t: int,
+    mode: str,
+    coded: bool,
+    manifest: UnitManifest,
+    layout: Layout,
+    holders: tuple[frozenset[int], ...],
+    target: tuple[frozenset[int], ...],
+) -> bytes:
+    h = hashlib.sha256(b"codedfl-shuffle-plan-v1")
+    h.update(f"{K}:{t}:{mode}:{int(coded)}:{layout.n_subfiles}:{layout.n_pieces}".encode())
+    h.update(f":{layout.piece_size}".encode() + manifest.fingerprint())
+    for group in (holders, target):
+        for s in group:
+            h.update(b"|" + ",".join(str(k) for k in sorted(s)).encode())
+    return h.digest()[:16]
