@@ -285,23 +285,34 @@ class PrimeField:
         vectors: Sequence[torch.Tensor] | torch.Tensor,
         *,
         validate: bool = False,
+        out: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Fused linear combination :math:`\\sum_k c_k v_k` of k vectors (one pass over memory).
 
         This is the gradient-code encoding step and the decoder's combination step. With
         ``validate`` an input element :math:`\\ge p` raises :class:`InputError`; on the CPU the
-        check rides on the same pass (the kernel returns the largest element it read).
+        check rides on the same pass (the kernel returns the largest element it read). ``out``
+        (a contiguous ``uint32`` tensor of the vectors' shape and device, not one of them) is
+        written and returned instead of a new tensor: reused across rounds it saves the page
+        faults of a fresh buffer.
         """
         vs = self._vectors(vectors)
         c = self.coefficients(coeffs).reshape(-1)
         if c.size != len(vs):
             raise InputError(f"{c.size} coefficients for {len(vs)} vectors")
+        if out is not None:
+            self._check(out, "out")
+            self._same(vs[0], out)
+            if not out.is_contiguous():
+                raise InputError("out must be contiguous")
         if not self._numba(vs[0]):
             if validate:
                 for i, v in enumerate(vs):
                     self.validate(v, name=f"vectors[{i}]")
-            return _tk.lincomb([int(v) for v in c], vs, self.p)
-        out = self._empty_like(vs[0])
+            result = _tk.lincomb([int(v) for v in c], vs, self.p)
+            return result if out is None else out.copy_(result)
+        if out is None:
+            out = self._empty_like(vs[0])
         top = _cpu.lincomb(c, typed_list([as_numpy_u32(v) for v in vs]), as_numpy_u32(out), self.p)
         if validate:
             self._check_top(int(top), vs)

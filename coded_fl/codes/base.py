@@ -241,10 +241,17 @@ class GradientCode(ABC):
             self.field.validate(v, name=name)
 
     # ------------------------------------------------------------------ encoding
-    def encode(self, silo: int, partials: Sequence[torch.Tensor]) -> torch.Tensor:
+    def encode(
+        self,
+        silo: int,
+        partials: Sequence[torch.Tensor],
+        *,
+        out: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         """Silo ``silo``'s reply :math:`\\sum_{j \\in \\text{support}} B_{ij} g_j` (one fused pass).
 
-        ``partials`` are field vectors (``uint32``, one shape) aligned with :meth:`support`.
+        ``partials`` are field vectors (``uint32``, one shape) aligned with :meth:`support`;
+        ``out`` as in :meth:`PrimeField.lincomb`.
         """
         i = self._silo(silo)
         held = self._support[i]
@@ -259,7 +266,7 @@ class GradientCode(ABC):
         ]
         self._same_shape(named)
         try:
-            return self.field.lincomb(self.coefficients(i), partials, validate=True)
+            return self.field.lincomb(self.coefficients(i), partials, validate=True, out=out)
         except InputError:
             self._validated(named)
             raise
@@ -272,7 +279,9 @@ class GradientCode(ABC):
         :class:`InputError` for unknown or repeated ids. The result depends on the set only and
         is cached per set; entries may be zero (replies the decoder does not need).
         """
-        ids = self._survivors(survivors)
+        return self._decoding_vector(self._survivors(survivors))
+
+    def _decoding_vector(self, ids: tuple[int, ...]) -> np.ndarray:
         key = frozenset(ids)
         ordered = tuple(sorted(ids))
         a_sorted = self._vectors.get(key)
@@ -289,7 +298,13 @@ class GradientCode(ABC):
         position = {silo: k for k, silo in enumerate(ordered)}
         return a_sorted[[position[i] for i in ids]]
 
-    def decode(self, replies: Mapping[int, torch.Tensor], *, check: bool = True) -> torch.Tensor:
+    def decode(
+        self,
+        replies: Mapping[int, torch.Tensor],
+        *,
+        check: bool = True,
+        out: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         """The exact sum :math:`\\sum_j g_j` of all K partitions' vectors from the replies of S.
 
         Validates the ids (known, distinct, at least :attr:`min_replies`) and the vectors
@@ -298,15 +313,16 @@ class GradientCode(ABC):
         :meth:`check_consistency` (which reads, and so validates, all of them) and a
         :class:`DecodingError` is raised rather than a wrong sum formed from inconsistent
         replicas. With ``check=False`` the replies whose decoding coefficient is zero are not
-        read at all.
+        read at all. ``out`` as in :meth:`PrimeField.lincomb`.
         """
         ids, vectors = self._replies(replies)
-        a = self.decoding_vector(ids)
+        a = self._decoding_vector(ids)
         if check:
-            self.check_consistency(replies)
+            self._run_check(ids, vectors)
         used = np.flatnonzero(a)
         try:
-            return self.field.lincomb(a[used], [vectors[k] for k in used], validate=True)
+            vs = [vectors[k] for k in used]
+            return self.field.lincomb(a[used], vs, validate=True, out=out)
         except InputError:
             self._validated([(f"reply of silo {ids[k]}", vectors[k]) for k in used])
             raise
@@ -316,7 +332,9 @@ class GradientCode(ABC):
 
         Honest replies satisfy :math:`H Y = 0`; see :mod:`coded_fl.codes.consistency`.
         """
-        ids = self._distinct(survivors)
+        return self._parity_checks(self._distinct(survivors))
+
+    def _parity_checks(self, ids: tuple[int, ...]) -> np.ndarray:
         h = self._checks.get(ids)
         if h is None:
             h = left_nullspace(self._matrix[list(ids)], self.field.p)
@@ -334,4 +352,19 @@ class GradientCode(ABC):
         as corrupted (see the code's class documentation for what it detects and locates).
         """
         ids, vectors = self._replies(replies)
-        return check_replies(self.field, self.parity_checks(ids), ids, vectors)
+        return self._run_check(ids, vectors)
+
+    def _run_check(self, ids: tuple[int, ...], vectors: list[torch.Tensor]) -> int:
+        try:
+            return self._check(ids, vectors)
+        except InputError:  # name the silo whose reply is not a field vector
+            self._validated([(f"reply of silo {i}", v) for i, v in zip(ids, vectors, strict=True)])
+            raise
+
+    def _check(self, ids: tuple[int, ...], vectors: list[torch.Tensor]) -> int:
+        radius = self._locate_radius(len(ids))
+        return check_replies(self.field, self._parity_checks(ids), ids, vectors, radius=radius)
+
+    def _locate_radius(self, replies: int) -> int | None:
+        """Most corrupted replies located uniquely among ``replies`` (None: half the checks)."""
+        return None

@@ -30,7 +30,8 @@ import torch
 
 from coded_fl.codes._algebra import left_nullspace
 from coded_fl.errors import DecodingError
-from coded_fl.field import PrimeField
+from coded_fl.field import PrimeField, as_numpy_u32
+from coded_fl.kernels import cpu as _cpu
 from coded_fl.linalg import batch_inverse, mat_mul
 
 __all__ = ["check_replies"]
@@ -39,10 +40,17 @@ __all__ = ["check_replies"]
 MAX_CANDIDATES = 20_000
 
 
-def _syndromes(field: PrimeField, h: np.ndarray, vectors: Sequence[torch.Tensor]) -> torch.Tensor:
-    """:math:`H Y` as an (e, d) tensor; one fused pass per check, inputs validated (< p)."""
-    rows = [field.lincomb(row, vectors, validate=True).reshape(-1) for row in h]
-    return torch.stack(rows)
+def _syndromes(
+    field: PrimeField, h: np.ndarray, vectors: Sequence[torch.Tensor]
+) -> list[torch.Tensor]:
+    """The rows of :math:`H Y`; one fused pass per check, inputs validated (< p)."""
+    return [field.lincomb(row, vectors, validate=True).reshape(-1) for row in h]
+
+
+def _is_zero(x: torch.Tensor) -> bool:
+    if x.device.type == "cpu":
+        return int(_cpu.max_element(as_numpy_u32(x))) == 0
+    return not bool(x.any())
 
 
 def _singletons(h: np.ndarray, sigma: np.ndarray, p: int) -> list[tuple[int, ...]]:
@@ -100,30 +108,38 @@ def check_replies(
     ids: Sequence[int],
     vectors: Sequence[torch.Tensor],
     *,
+    radius: int | None = None,
     max_candidates: int = MAX_CANDIDATES,
 ) -> int:
     """Apply the parity checks ``checks`` (e x |S|) to the replies; raise if any fails.
 
     Returns ``e``, the number of independent checks applied (0: nothing could be checked).
     Raises :class:`DecodingError` whose ``suspects`` are the silos located as corrupted (all
-    candidates' union when several sets explain the failure equally well; empty when none of at
-    most ``e // 2`` silos does).
+    candidates' union when several sets explain the failure equally well; empty when no set of
+    at most ``radius`` silos does). ``radius`` (default ``e // 2``) is the largest number of
+    corrupted replies the caller's code locates uniquely; larger sets are never named.
     """
     e = checks.shape[0]
     if e == 0:
         return 0
-    syn = _syndromes(field, checks, vectors)
-    bad_cols = torch.nonzero((syn != 0).any(dim=0)).flatten()
-    if bad_cols.numel() == 0:
+    rows = _syndromes(field, checks, vectors)
+    if all(_is_zero(row) for row in rows):  # the honest case: no second pass
         return e
+    syn = torch.stack(rows)
+    bad_cols = torch.nonzero((syn != 0).any(dim=0)).flatten()
     p = field.p
-    t_max = e // 2
+    t_max = e // 2 if radius is None else min(radius, e // 2)
     cols = [int(bad_cols[0])]
     for _ in range(2 * t_max + 4):
         sigma = syn[:, cols].to(torch.int64).cpu().numpy()
         cands = _minimal_sets(checks, sigma, p, t_max, max_candidates)
         if not cands:
-            why = "too many candidate sets" if cands is None else f"more than {t_max} disagree"
+            if cands is None:
+                why = "too many candidate sets"
+            elif t_max == 0:
+                why = "locating needs two extra replies per corrupted one"
+            else:
+                why = f"more than {t_max} disagree"
             raise DecodingError(
                 f"replies are inconsistent ({e} parity check(s) fail) and the corrupted ones "
                 f"cannot be located ({why}); the aggregate was not formed"

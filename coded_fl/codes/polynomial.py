@@ -143,23 +143,25 @@ class PolynomialCode(GradientCode):
         a[:r] = lagrange_weights(self.points[list(survivors[:r])], self.field.p)
         return a
 
+    def _locate_radius(self, replies: int) -> int | None:
+        return max(0, replies - (self.n - self.s)) // 2
+
     @functools.cached_property
     def _full_rank(self) -> bool:
         """Whether the :math:`P_j` span all polynomials of degree < n - s (rank B = n - s)."""
         return rank(self._matrix, self.field.p) == self.n - self.s
 
-    def parity_checks(self, survivors: Sequence[int]) -> np.ndarray:
+    def _parity_checks(self, ids: tuple[int, ...]) -> np.ndarray:
         """Rows :math:`h_{l,i} = w_i \\alpha_i^l`, :math:`l < |S| - (n - s)` (the dual
         Reed-Solomon code, O(|S|^2)) when the columns of B span all polynomials of degree below
         :math:`n - s`; otherwise the general left null space of :math:`B_S`."""
         if not self._full_rank:
-            return super().parity_checks(survivors)
-        ids = list(self._distinct(survivors))
+            return super()._parity_checks(ids)
         e = len(ids) - (self.n - self.s)
         p = self.field.p
         if e <= 0:
             return np.zeros((0, len(ids)), dtype=np.int64)
-        x = self.points[ids]
+        x = self.points[list(ids)]
         w = lagrange_weights(x, p)
         rows = np.empty((e, len(ids)), dtype=np.int64)
         rows[0] = w

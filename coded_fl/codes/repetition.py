@@ -27,7 +27,7 @@ reply needs two honest ones beside it). Ties name the whole group as suspects.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import torch
@@ -123,14 +123,13 @@ class GroupCode(GradientCode):
     def _lost_hint(self) -> str:
         return ""
 
-    def check_consistency(self, replies: Mapping[int, torch.Tensor]) -> int:
+    def _check(self, ids: tuple[int, ...], vectors: list[torch.Tensor]) -> int:
         """Compare the replies within each group; return the number of equalities checked.
 
         Raises :class:`DecodingError` naming as suspects, in each group whose replies differ,
         those outside the strict majority of identical replies (the whole group on a tie).
         All replies are read and validated (elements < p).
         """
-        ids, vectors = self._replies(replies)
         self._validated([(f"reply of silo {i}", v) for i, v in zip(ids, vectors, strict=True)])
         by_group: dict[int, list[int]] = {}
         for k, i in enumerate(ids):

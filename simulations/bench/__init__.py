@@ -6,5 +6,6 @@ it; absolute times on a shared 2-core machine are noisy, ratios measured side by
 
 #: name -> module under simulations.bench that defines ``run(report, quick)``.
 BENCHMARKS = {
+    "codes": "simulations.bench.codes",
     "kernels": "simulations.bench.kernels",
 }

@@ -107,3 +107,28 @@ def test_check_false_skips_the_comparison():
     # silo 5 has coefficient 0 (not among the 4 smallest ids): the sum is still exact
     expect = code.decode({i: replies[i] for i in range(4)})
     assert code.decode(got, check=False).tolist() == expect.tolist()
+
+
+def test_one_extra_reply_detects_but_does_not_name_anyone():
+    code = PolynomialCode(8, 3)
+    rng = np.random.default_rng(2)
+    replies = all_replies(code, partition_vectors(code, d=4, seed=2))
+    got = {i: replies[i] for i in range(6)}  # n - s = 5 replies plus one
+    got[1] = corrupt(got[1], code.field.p, rng, one_coordinate=True)
+    with pytest.raises(DecodingError, match="two extra replies per corrupted one") as info:
+        code.decode(got)
+    assert info.value.suspects == ()
+
+
+def test_fewer_partitions_than_replies_needed_still_checks_exactly():
+    # K < n - s: the columns of B span less than all polynomials of degree < n - s, so even
+    # exactly n - s replies carry parity checks (the general left null space is used)
+    code = PolynomialCode(10, 2, num_partitions=4)
+    replies = all_replies(code, partition_vectors(code, d=6, seed=4))
+    survivors = [0, 1, 2, 4, 5, 7, 8, 9]
+    honest = {i: replies[i] for i in survivors}
+    assert code.check_consistency(honest) == len(survivors) - 4
+    bad = dict(honest)
+    bad[4] = corrupt(bad[4], code.field.p, np.random.default_rng(0), one_coordinate=False)
+    with pytest.raises(DecodingError):
+        code.decode(bad)

@@ -131,3 +131,15 @@ def test_decoding_vector_is_cached_and_follows_the_given_order():
     # more than n - s replies: the n - s smallest ids carry the weights
     wide = code.decoding_vector(range(12))
     assert np.count_nonzero(wide) == 8 and wide[8:].tolist() == [0, 0, 0, 0]
+
+
+def test_non_elements_are_named_by_silo_in_the_consistency_check():
+    code = PolynomialCode(6, 2)
+    replies = _replies(code)
+    bad = dict(replies)
+    bad[5] = replies[5].clone()
+    bad[5][0] = code.field.p
+    with pytest.raises(InputError, match=r"reply of silo 5 holds"):
+        code.decode(bad)
+    with pytest.raises(InputError, match=r"reply of silo 5 holds"):
+        code.check_consistency(bad)

@@ -54,3 +54,18 @@ def test_validate_refuses_non_elements_and_names_the_vector(backend, p):
     with pytest.raises(InputError, match=r"vectors\[1\].*not an element"):
         F.matmul([[1, 1]], [good, bad], validate=True)
     assert F.matmul([[1, 2]], [good, good], validate=True).tolist() == [[3, 6, 9]]
+
+
+@pytest.mark.parametrize("backend", ["auto", "torch"])
+def test_lincomb_writes_into_out(backend):
+    F = PrimeField(backend=backend)
+    a, b = F.element([1, 2, 3]), F.element([4, 5, 6])
+    out = torch.empty(3, dtype=torch.uint32)
+    got = F.lincomb([2, 1], [a, b], out=out)
+    assert got is out and out.tolist() == [6, 9, 12]
+    with pytest.raises(InputError, match="shape mismatch"):
+        F.lincomb([2, 1], [a, b], out=torch.empty(4, dtype=torch.uint32))
+    with pytest.raises(InputError, match="uint32"):
+        F.lincomb([2, 1], [a, b], out=torch.empty(3, dtype=torch.int64))
+    with pytest.raises(InputError, match="contiguous"):
+        F.lincomb([2, 1], [a, b], out=torch.empty(6, dtype=torch.uint32)[::2])
