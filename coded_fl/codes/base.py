@@ -310,10 +310,11 @@ class GradientCode(ABC):
         Validates the ids (known, distinct, at least :attr:`min_replies`) and the vectors
         (uint32, one shape, one device; every vector that is read must hold elements < p).
         With ``check`` (default) replies beyond what decoding needs are first used by
-        :meth:`check_consistency` (which reads, and so validates, all of them) and a
-        :class:`DecodingError` is raised rather than a wrong sum formed from inconsistent
-        replicas. With ``check=False`` the replies whose decoding coefficient is zero are not
-        read at all. ``out`` as in :meth:`PrimeField.lincomb`.
+        :meth:`check_consistency` and a :class:`DecodingError` is raised rather than a wrong
+        sum formed from inconsistent replicas (the polynomial code's check validates every reply;
+        a repetition code's compares each extra reply bit for bit with the one decoded). With
+        ``check=False`` the replies whose decoding coefficient is zero are not read at all.
+        ``out`` as in :meth:`PrimeField.lincomb`.
         """
         ids, vectors = self._replies(replies)
         a = self._decoding_vector(ids)

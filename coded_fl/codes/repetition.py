@@ -16,7 +16,7 @@ than groups the decoding vector takes the smallest surviving id of each group.
 **Consistency.** Replicas of a group must send identical vectors. A corrupted reply is detected
 exactly when its group has another survivor with a different reply; it is located when the
 replies of its group that agree with each other form a strict majority there (one corrupted
-reply needs two honest ones beside it). Ties name the whole group as suspects.
+reply needs two honest ones beside it). Otherwise the whole group is named as suspects.
 
 >>> code = FractionalRepetitionCode(6, 2)
 >>> code.support(4), code.coefficients(4).tolist()
@@ -127,10 +127,11 @@ class GroupCode(GradientCode):
         """Compare the replies within each group; return the number of equalities checked.
 
         Raises :class:`DecodingError` naming as suspects, in each group whose replies differ,
-        those outside the strict majority of identical replies (the whole group on a tie).
-        All replies are read and validated (elements < p).
+        those outside the strict majority of identical replies (else the whole group). Replicas
+        are compared bit for bit and not range-checked here: :meth:`decode` validates the reply
+        it reads from each group, which the others then equal. A group with one survivor is
+        not read at all (plain aggregation pays nothing for the check).
         """
-        self._validated([(f"reply of silo {i}", v) for i, v in zip(ids, vectors, strict=True)])
         by_group: dict[int, list[int]] = {}
         for k, i in enumerate(ids):
             by_group.setdefault(self.group_of(i), []).append(k)

@@ -200,21 +200,15 @@ def _field_error(rng: np.random.Generator, n: int, s: int, d: int) -> float:
 
 
 def _real_baseline(report: Report, quick: bool, rng: np.random.Generator) -> None:
-    trials = 5 if quick else 20
     for n in (10, 50, 100):
-        s = max(1, n // 10)
-        for construction in ("gaussian", "polynomial"):
-            for dtype in (np.float64, np.float32):
-                if construction == "polynomial" and dtype is np.float32:
-                    continue
+        for s in sorted({1, max(1, n // 10), n // 4}):
+            cases = [("gaussian", np.float64), ("gaussian", np.float32)]
+            if s == max(1, n // 10):
+                cases.append(("polynomial", np.float64))
+            for construction, dtype in cases:
+                trials = (5 if quick else 20) if construction == "gaussian" else 3
                 stats = decoding_error(
-                    n,
-                    s,
-                    rng=rng,
-                    trials=trials if construction == "gaussian" else 3,
-                    d=1000,
-                    construction=construction,
-                    dtype=dtype,
+                    n, s, rng=rng, trials=trials, d=1000, construction=construction, dtype=dtype
                 )
                 report.add(
                     op="real_baseline_error",
@@ -225,7 +219,8 @@ def _real_baseline(report: Report, quick: bool, rng: np.random.Generator) -> Non
                     trials=trials,
                     **stats,
                 )
-        report.add(op="field_decode_error", n=n, s=s, relative_error=_field_error(rng, n, s, 1000))
+            error = _field_error(rng, n, s, 1000)
+            report.add(op="field_decode_error", n=n, s=s, relative_error=error)
 
 
 def run(report: Report, *, quick: bool) -> None:

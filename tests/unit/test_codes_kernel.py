@@ -69,3 +69,15 @@ def test_lincomb_writes_into_out(backend):
         F.lincomb([2, 1], [a, b], out=torch.empty(3, dtype=torch.int64))
     with pytest.raises(InputError, match="contiguous"):
         F.lincomb([2, 1], [a, b], out=torch.empty(6, dtype=torch.uint32)[::2])
+
+
+@pytest.mark.parametrize("p", [2**31 - 1, 2**31 - 19])
+@pytest.mark.parametrize("k", [2, 4, 9])
+def test_any_uint32_input_gives_the_exact_sum_mod_p(p, k):
+    # the overflow bound of the kernels is stated for inputs below 2^32, not only below p
+    F = PrimeField(p)
+    top = torch.full((5,), 2**32 - 1, dtype=torch.uint32)
+    coeffs = [p - 1] * k
+    assert F.lincomb(coeffs, [top] * k).tolist() == [k * (p - 1) * (2**32 - 1) % p] * 5
+    with pytest.raises(InputError):
+        F.lincomb(coeffs, [top] * k, validate=True)
