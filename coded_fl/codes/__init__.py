@@ -1,0 +1,47 @@
+"""Gradient codes over GF(p): any n - s replies give the exact sum of all partitions.
+
+Glossary: n silos, K partitions, s stragglers tolerated, p the prime, B the n x K code matrix,
+S the survivors, a the decoding vector with :math:`a^T B_S = 1^T`.
+
+- :class:`GradientCode`: the interface (placement, ``encode``, ``decoding_vector``,
+  ``decode``, ``check_consistency``).
+- :class:`PolynomialCode`: exact for every n and s (Reed-Solomon style, O(|S|^2) decoding
+  coefficients).
+- :class:`FractionalRepetitionCode`: needs (s+1) | n, 0/1 coefficients, cheapest decode;
+  :class:`PlainAggregation` is s = 0.
+- :class:`ApproximateCode`: fewer copies, best estimate with an error bound.
+- :class:`RealGradientCode`: the real-valued baseline (ill-conditioned; for comparison only).
+- :func:`make_code`: picks one from (n, s).
+"""
+
+from coded_fl.codes.approximate import ApproximateCode, ApproximateEstimate
+from coded_fl.codes.base import GradientCode
+from coded_fl.codes.factory import CodeKind, make_code
+from coded_fl.codes.polynomial import PolynomialCode, cyclic_placement, lagrange_weights
+from coded_fl.codes.real_baseline import RealGradientCode, decoding_error
+from coded_fl.codes.repetition import (
+    FractionalRepetitionCode,
+    GroupCode,
+    PlainAggregation,
+    balanced_groups,
+)
+from coded_fl.codes.weights import weighted_mean, weighted_partial
+
+__all__ = [
+    "ApproximateCode",
+    "ApproximateEstimate",
+    "CodeKind",
+    "FractionalRepetitionCode",
+    "GradientCode",
+    "GroupCode",
+    "PlainAggregation",
+    "PolynomialCode",
+    "RealGradientCode",
+    "balanced_groups",
+    "cyclic_placement",
+    "decoding_error",
+    "lagrange_weights",
+    "make_code",
+    "weighted_mean",
+    "weighted_partial",
+]
