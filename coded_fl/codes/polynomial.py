@@ -3,8 +3,12 @@
 In the spirit of Raviv et al. (ICML 2018, cyclic MDS codes) and Halbawi et al. (ISIT 2018,
 Reed-Solomon codes), written for GF(p) with fixed public points.
 
-**Construction.** Evaluation points :math:`\\alpha_i = i + 1` (distinct and nonzero: needs
-:math:`p > n`). Partition j has the home silo :math:`h_j = \\lfloor j n / K \\rfloor` and the
+**Construction.** Evaluation points :math:`\\alpha_i` = :func:`public_points` (n distinct
+nonzero field elements derived from SHA-256 of a fixed label: public, deterministic, and
+pseudo-random, so that if replicas of a partition disagree the decoding coefficients
+:math:`a_i B_{ij}` spread the error over the whole field and the dequantizer's range check
+refuses the aggregate; with small points such as :math:`i + 1` those coefficients are small
+rationals and a disagreement could pass as a plausible sum). Needs :math:`p > n`. Partition j has the home silo :math:`h_j = \\lfloor j n / K \\rfloor` and the
 :math:`s + 1` holders :math:`H_j = \\{h_j, h_j - 1, \\dots, h_j - s\\} \\bmod n` (for K = n the
 cyclic placement: silo i holds partitions :math:`i, i+1, \\dots, i+s \\bmod n`). Then
 
@@ -51,6 +55,7 @@ length :math:`|S|` and dimension :math:`n - s`, minimum distance :math:`e + 1` w
 from __future__ import annotations
 
 import functools
+import hashlib
 from collections.abc import Sequence
 
 import numpy as np
@@ -60,7 +65,7 @@ from coded_fl.codes.base import GradientCode
 from coded_fl.errors import ConfigurationError
 from coded_fl.linalg import batch_inverse
 
-__all__ = ["PolynomialCode", "cyclic_placement", "lagrange_weights"]
+__all__ = ["PolynomialCode", "cyclic_placement", "lagrange_weights", "public_points"]
 
 #: Largest number of differences multiplied in one numpy step when building B.
 _CHUNK = 1 << 22
@@ -75,6 +80,29 @@ def cyclic_placement(n: int, s: int, num_partitions: int) -> list[list[int]]:
     """
     homes = [(j * n) // num_partitions for j in range(num_partitions)]
     return [[(h - t) % n for t in range(s + 1)] for h in homes]
+
+
+@functools.lru_cache(maxsize=64)
+def public_points(n: int, p: int) -> np.ndarray:
+    """n distinct nonzero elements of GF(p): :math:`1 + (H(t) \\bmod (p-1))` for t = 0, 1, ...
+    with H = SHA-256 of ``"coded-fl/points/v1/<t>"``, skipping repeats (read-only array).
+
+    >>> public_points(3, 11).tolist() == public_points(3, 11).tolist()
+    True
+    >>> sorted(public_points(10, 11).tolist())
+    [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]
+    """
+    if n >= p:
+        raise ConfigurationError(f"GF({p}) has no {n} distinct nonzero points: use p > n")
+    seen: dict[int, None] = {}
+    t = 0
+    while len(seen) < n:
+        digest = hashlib.sha256(f"coded-fl/points/v1/{t}".encode()).digest()
+        seen.setdefault(1 + int.from_bytes(digest, "little") % (p - 1), None)
+        t += 1
+    out = np.fromiter(seen, dtype=np.int64, count=n)
+    out.setflags(write=False)
+    return out
 
 
 def lagrange_weights(points: np.ndarray, p: int) -> np.ndarray:
@@ -105,8 +133,8 @@ class PolynomialCode(GradientCode):
 
     @property
     def points(self) -> np.ndarray:
-        """The evaluation points :math:`\\alpha_i = i + 1`."""
-        return np.arange(1, self.n + 1, dtype=np.int64)
+        """The evaluation points :math:`\\alpha_i` (:func:`public_points`)."""
+        return public_points(self.n, self.field.p)
 
     def _place(self) -> Sequence[Sequence[int]]:
         n, s, K, p = self.n, self.s, self.K, self.field.p

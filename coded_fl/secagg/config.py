@@ -106,7 +106,12 @@ class ProtocolConfig:
             )
         k = n if self.num_partitions is None else self.num_partitions
         fld = PrimeField(self.p)
-        code = make_code(n, s, kind=self.code, num_partitions=k, field=fld)
+        code = make_code(n, s, kind=self.code, num_partitions=k, field=fld)  # type: ignore[arg-type]
+        if not code.exact:
+            raise ConfigurationError(
+                f"code={self.code!r} is approximate; secure aggregation needs an exact code: "
+                "use code='auto', 'polynomial' or 'repetition'"
+            )
         if self.scale is None:
             quant = QuantizationConfig.for_summands(
                 code.K,

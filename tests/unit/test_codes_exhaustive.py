@@ -99,10 +99,12 @@ def test_polynomial_matrix_matches_the_formula_with_python_ints():
     for n, s in [(1, 0), (5, 2), (9, 4), (10, 9), (10, 0)]:
         code = PolynomialCode(n, s)
         p = code.field.p
+        x = [int(v) for v in code.points]
+        assert len(set(x)) == n and all(0 < v < p for v in x)
         for j in range(code.K):
             others = [k for k in range(n) if k not in code.holders(j)]
             for i in code.holders(j):
-                assert int(code.matrix[i, j]) == math.prod((i - k) % p for k in others) % p
+                assert int(code.matrix[i, j]) == math.prod((x[i] - x[k]) % p for k in others) % p
 
 
 def test_make_code_picks_each_construction():
