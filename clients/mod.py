@@ -36,6 +36,7 @@ from flwr.app import ConfigRecord, Context, Message, MessageType, MetricRecord, 
 from flwr.clientapp.typing import ClientAppCallable
 
 from coded_fl.errors import ConfigurationError, InputError, RemoteProtocolError
+from coded_fl.kernels import warm_up
 from coded_fl.secagg.client import ClientMachine, TrainTask
 from coded_fl.secagg.messages import KeyRequest, RecoveryRequest, TrainRequest
 from strategies.records import (
@@ -58,8 +59,9 @@ METRIC_BOUND = 1000.0
 
 def partition_seed(run_id: str, server_round: int, partition: int) -> int:
     """The seed every replica of ``partition`` uses in ``server_round`` (63 bits)."""
-    h = hashlib.blake2b(f"{run_id}/{server_round}/{partition}".encode(), digest_size=8,
-                        person=b"codedfl-train")  # fmt: skip
+    h = hashlib.blake2b(
+        f"{run_id}/{server_round}/{partition}".encode(), digest_size=8, person=b"codedfl-train"
+    )
     return int.from_bytes(h.digest(), "little") >> 1
 
 
@@ -88,6 +90,7 @@ def coded_secagg_mod(msg: Message, context: Context, call_next: ClientAppCallabl
     info: dict[str, float] = {}
     if isinstance(proto, KeyRequest):
         reply = machine.on_key_request(proto)
+        warm_up()  # compile/load the kernels now, not during round 1
     elif isinstance(proto, TrainRequest):
         task = machine.on_train_request(proto)
         t0 = time.perf_counter()
@@ -106,9 +109,12 @@ def coded_secagg_mod(msg: Message, context: Context, call_next: ClientAppCallabl
 
 
 def _train_partitions(
-    msg: Message, context: Context, call_next: ClientAppCallable, task: TrainTask,
+    msg: Message,
+    context: Context,
+    call_next: ClientAppCallable,
+    task: TrainTask,
     machine: ClientMachine,
-) -> list[torch.Tensor]:  # fmt: skip
+) -> list[torch.Tensor]:
     cfg = machine.config
     if cfg is None:  # pragma: no cover - on_train_request checked it
         raise ConfigurationError("no protocol configuration")
@@ -134,7 +140,7 @@ def _train_partitions(
         for k in task.partitions:
             seed = partition_seed(cfg.run_id, task.round, k)
             torch.manual_seed(seed)
-            np.random.seed(seed % 2**32)  # noqa: NPY002 - the user's code may use the legacy RNG
+            np.random.seed(seed % 2**32)
             random.seed(seed)
             # the user's function sees an ordinary train message: no coded-fl records
             sub = RecordDict({n: r for n, r in original.items() if not n.startswith("codedfl.")})
@@ -147,10 +153,12 @@ def _train_partitions(
             sub[spec.config_key] = conf
             msg.content = sub
             sub_ctx = Context(
-                run_id=context.run_id, node_id=context.node_id,
+                run_id=context.run_id,
+                node_id=context.node_id,
                 node_config={**context.node_config, "partition-id": k, "num-partitions": K},
-                state=RecordDict(), run_config=context.run_config,
-            )  # fmt: skip
+                state=RecordDict(),
+                run_config=context.run_config,
+            )
             reply = call_next(msg, sub_ctx)
             partials.append(_partial(reply, model, theta, spec, c, k))  # type: ignore[arg-type]
     finally:
@@ -158,8 +166,9 @@ def _train_partitions(
     return partials
 
 
-def _partial(reply: Message, model: object, theta: torch.Tensor, spec: TrainSpec, c: float,
-             k: int) -> torch.Tensor:  # fmt: skip
+def _partial(
+    reply: Message, model: object, theta: torch.Tensor, spec: TrainSpec, c: float, k: int
+) -> torch.Tensor:
     who = f"the train function (partition {k})"
     if reply.has_error():
         raise InputError(f"{who} failed: {reply.error.reason}")
@@ -168,8 +177,9 @@ def _partial(reply: Message, model: object, theta: torch.Tensor, spec: TrainSpec
     if arrays is None:
         raise InputError(f"{who} returned no ArrayRecord under '{spec.arrays_key}'")
     check_same_layout(arrays, model, who=who)  # type: ignore[arg-type]
-    metrics = next((r for r in content.values() if isinstance(r, MetricRecord)
-                    and spec.weight_key in r), None)  # fmt: skip
+    metrics = next(
+        (r for r in content.values() if isinstance(r, MetricRecord) and spec.weight_key in r), None
+    )
     if metrics is None:
         raise InputError(f"{who} returned no MetricRecord with '{spec.weight_key}'")
     w = float(metrics[spec.weight_key])  # type: ignore[arg-type]

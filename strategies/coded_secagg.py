@@ -23,7 +23,6 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-import numpy as np
 import torch
 from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
 from flwr.serverapp import Grid
@@ -31,10 +30,10 @@ from flwr.serverapp.strategy import Result, Strategy
 
 from coded_fl.errors import CodedFLError, ConfigurationError, RemoteProtocolError
 from coded_fl.secagg import ProtocolConfig, RoundAborted, RoundResult, ServerMachine
-from coded_fl.secagg.messages import KeyReply, Message as ProtocolMessage, RecoveryReply, Upload
+from coded_fl.secagg.messages import KeyReply, RecoveryReply, Upload
+from coded_fl.secagg.messages import Message as ProtocolMessage
 from strategies.exchange import Exchange
 from strategies.records import (
-    INFO_KEY,
     MSG_KEY,
     TRAIN_KEY,
     TrainSpec,
@@ -70,6 +69,9 @@ class RoundReport:
     metrics: dict[str, float] = field(default_factory=dict)
     errors: dict[int, str] = field(default_factory=dict)
     suspects: tuple[int, ...] = ()
+    #: the wrapped strategy's aggregate of this round (None if the round was aborted)
+    arrays: ArrayRecord | None = field(default=None, repr=False)
+    train_metrics: MetricRecord | None = field(default=None, repr=False)
 
     def line(self) -> str:
         acc = next((f"{k}={v:.4f}" for k, v in self.metrics.items() if "acc" in k), "")
@@ -148,11 +150,17 @@ class CodedSecAgg(Strategy):
     ) -> None:
         if not isinstance(strategy, Strategy):
             raise ConfigurationError(
-                f"strategy must be a flwr.serverapp.strategy.Strategy, got {type(strategy).__name__}"
+                "strategy must be a flwr.serverapp.strategy.Strategy, got "
+                f"{type(strategy).__name__}"
             )
-        for name, value in (("round_timeout", round_timeout), ("recovery_timeout", recovery_timeout),
-                            ("key_timeout", key_timeout), ("node_wait_timeout", node_wait_timeout),
-                            ("poll_interval", poll_interval), ("extra_wait", extra_wait)):  # fmt: skip
+        for name, value in (
+            ("round_timeout", round_timeout),
+            ("recovery_timeout", recovery_timeout),
+            ("key_timeout", key_timeout),
+            ("node_wait_timeout", node_wait_timeout),
+            ("poll_interval", poll_interval),
+            ("extra_wait", extra_wait),
+        ):
             if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
                 raise ConfigurationError(f"{name} must be a finite number >= 0, got {value!r}")
         if not (isinstance(max_weight, (int, float)) and max_weight > 0):
@@ -172,7 +180,9 @@ class CodedSecAgg(Strategy):
         self.recovery_timeout = float(recovery_timeout)
         self.key_timeout = float(key_timeout)
         self.node_wait_timeout = float(node_wait_timeout)
-        self.evaluate_timeout = float(round_timeout if evaluate_timeout is None else evaluate_timeout)
+        self.evaluate_timeout = float(
+            round_timeout if evaluate_timeout is None else evaluate_timeout
+        )
         self.poll_interval = float(poll_interval)
         self.progress = progress or (lambda r: LOG.info(r.line()))
         self.spec = TrainSpec(
@@ -183,46 +193,63 @@ class CodedSecAgg(Strategy):
             metric_keys=tuple(metric_keys),
         )
         self.reports: list[RoundReport] = []
-        self.late_seconds: dict[int, float] = {}
+        self.late_train: dict[int, list[float]] = {}
         if num_silos is not None:  # validate the settings now, before any node is contacted
             self._config(num_silos, vector_length=1, run_id="check")
 
     # ------------------------------------------------------------------ Strategy interface
     def summary(self) -> None:
-        LOG.info("\t├──> CodedSecAgg: s=%s T=%s U=%s n=%s clip_range=%s code=%s max_weight=%s",
-                 self.num_stragglers, self.privacy_threshold, self.recovery_threshold or "n-s",
-                 self.num_silos or "all", self.clip_range, self.code, self.spec.max_weight)  # fmt: skip
+        LOG.info(
+            "\t├──> CodedSecAgg: s=%s T=%s U=%s n=%s clip_range=%s code=%s max_weight=%s",
+            self.num_stragglers,
+            self.privacy_threshold,
+            self.recovery_threshold or "n-s",
+            self.num_silos or "all",
+            self.clip_range,
+            self.code,
+            self.spec.max_weight,
+        )
         self.strategy.summary()
 
-    def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
-                        grid: Grid) -> Iterable[Message]:  # fmt: skip
+    def configure_train(
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
+    ) -> Iterable[Message]:
         raise CodedFLError(
             "CodedSecAgg runs its own round loop (it must act on the first replies): call "
             "strategy.start(grid=..., initial_arrays=..., num_rounds=...) instead of driving "
             "configure_train/aggregate_train yourself"
         )
 
-    def aggregate_train(self, server_round: int, replies: Iterable[Message]
-                        ) -> tuple[ArrayRecord | None, MetricRecord | None]:  # fmt: skip
+    def aggregate_train(
+        self, server_round: int, replies: Iterable[Message]
+    ) -> tuple[ArrayRecord | None, MetricRecord | None]:
         return self.strategy.aggregate_train(server_round, replies)
 
-    def configure_evaluate(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
-                           grid: Grid) -> Iterable[Message]:  # fmt: skip
+    def configure_evaluate(
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
+    ) -> Iterable[Message]:
         return self.strategy.configure_evaluate(server_round, arrays, config, grid)
 
-    def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]
-                           ) -> MetricRecord | None:  # fmt: skip
+    def aggregate_evaluate(
+        self, server_round: int, replies: Iterable[Message]
+    ) -> MetricRecord | None:
         return self.strategy.aggregate_evaluate(server_round, replies)
 
     # ------------------------------------------------------------------ configuration
     def _config(self, n: int, *, vector_length: int, run_id: str) -> ProtocolConfig:
         return ProtocolConfig(
-            num_silos=n, num_stragglers=self.num_stragglers,
-            privacy_threshold=self.privacy_threshold, recovery_threshold=self.recovery_threshold,
-            vector_length=vector_length, clip_range=self.clip_range, scale=self.scale,
-            code=self.code, extra_replies=self.extra_replies, headroom_bits=self.headroom_bits,
+            num_silos=n,
+            num_stragglers=self.num_stragglers,
+            privacy_threshold=self.privacy_threshold,
+            recovery_threshold=self.recovery_threshold,
+            vector_length=vector_length,
+            clip_range=self.clip_range,
+            scale=self.scale,
+            code=self.code,
+            extra_replies=self.extra_replies,
+            headroom_bits=self.headroom_bits,
             run_id=run_id,
-        )  # fmt: skip
+        )
 
     def _wait_for_nodes(self, grid: Grid) -> list[int]:
         want = self.num_silos or int(getattr(self.strategy, "min_available_nodes", 2))
@@ -250,11 +277,14 @@ class CodedSecAgg(Strategy):
                 )
         frac = getattr(inner, "fraction_train", 1.0)
         if isinstance(frac, (int, float)) and frac < 1.0:
-            LOG.warning("[coded-fl] fraction_train=%s is ignored: every silo trains its "
-                        "partitions in every round (gradient coding needs all of them)", frac)  # fmt: skip
+            LOG.warning(
+                "[coded-fl] fraction_train=%s is ignored: every silo trains its "
+                "partitions in every round (gradient coding needs all of them)",
+                frac,
+            )
 
     # ------------------------------------------------------------------ the run
-    def start(  # noqa: PLR0913 - Strategy.start's signature
+    def start(
         self,
         grid: Grid,
         initial_arrays: ArrayRecord,
@@ -281,8 +311,10 @@ class CodedSecAgg(Strategy):
         node_of = dict(enumerate(nodes))
         silo_of = {v: k for k, v in node_of.items()}
         LOG.info("[coded-fl] %s", cfg.describe())
-        LOG.info("[coded-fl] partitions per silo: %s",
-                 {i: list(cfg.gradient_code.support(i)) for i in range(min(n, 12))})  # fmt: skip
+        LOG.info(
+            "[coded-fl] partitions per silo: %s",
+            {i: list(cfg.gradient_code.support(i)) for i in range(min(n, 12))},
+        )
         machine = ServerMachine(cfg)
         ex = Exchange(grid, poll_interval=self.poll_interval)
         roster_grid = RosterGrid(grid, nodes)
@@ -295,33 +327,45 @@ class CodedSecAgg(Strategy):
             if res is not None:
                 result.evaluate_metrics_serverapp[0] = res
         for r in range(1, num_rounds + 1):
-            report = self._train_round(r, machine, ex, node_of, silo_of, roster_grid, arrays,
-                                       train_config, cfg)  # fmt: skip
-            if report.ok and report.new_arrays is not None:  # type: ignore[attr-defined]
-                arrays = report.new_arrays  # type: ignore[attr-defined]
+            report = self._train_round(
+                r, machine, ex, node_of, silo_of, roster_grid, arrays, train_config, cfg
+            )
+            if report.ok and report.arrays is not None:
+                arrays = report.arrays
                 result.arrays = arrays
-                if report.train_metrics is not None:  # type: ignore[attr-defined]
-                    result.train_metrics_clientapp[r] = report.train_metrics  # type: ignore[attr-defined]
+                if report.train_metrics is not None:
+                    result.train_metrics_clientapp[r] = report.train_metrics
             ev = self._evaluate_round(r, ex, roster_grid, arrays, evaluate_config)
             if ev is not None:
                 result.evaluate_metrics_clientapp[r] = ev
-                report.metrics.update({f"eval_{k}": float(v) for k, v in ev.items()  # type: ignore[arg-type]
-                                       if isinstance(v, (int, float))})  # fmt: skip
+                report.metrics.update(
+                    {
+                        f"eval_{k}": float(v)
+                        for k, v in ev.items()  # type: ignore[arg-type]
+                        if isinstance(v, (int, float))
+                    }
+                )
             if evaluate_fn:
                 res = evaluate_fn(r, arrays)
                 if res is not None:
                     result.evaluate_metrics_serverapp[r] = res
-                    report.metrics.update({k: float(v) for k, v in res.items()  # type: ignore[arg-type]
-                                           if isinstance(v, (int, float))})  # fmt: skip
+                    report.metrics.update(
+                        {
+                            k: float(v)
+                            for k, v in res.items()  # type: ignore[arg-type]
+                            if isinstance(v, (int, float))
+                        }
+                    )
             self.reports.append(report)
             self.progress(report)
-        ex.drain(min(10.0, self.round_timeout))
+        ex.drain(min(30.0, self.round_timeout))
         self._late_summary(ex, silo_of)
         return result
 
     # ------------------------------------------------------------------ stages
-    def _key_exchange(self, machine: ServerMachine, ex: Exchange, node_of: dict[int, int],
-                      silo_of: dict[int, int]) -> None:  # fmt: skip
+    def _key_exchange(
+        self, machine: ServerMachine, ex: Exchange, node_of: dict[int, int], silo_of: dict[int, int]
+    ) -> None:
         errors: dict[int, str] = {}
         msgs = [self._flower(node_of[req.recipient], req) for req in machine.start_key_exchange()]
         ids = ex.push(msgs, stage="keys", round_=0)
@@ -334,34 +378,60 @@ class CodedSecAgg(Strategy):
         try:
             missing = machine.close_key_exchange()
         except CodedFLError as exc:
-            detail = "; ".join(f"silo {s} (node {node_of[s]}): {e}" for s, e in sorted(errors.items()))
+            detail = "; ".join(
+                f"silo {s} (node {node_of[s]}): {e}" for s, e in sorted(errors.items())
+            )
             raise ConfigurationError(f"{exc}. Replies: {detail or 'none in time'}") from None
         if missing:
-            LOG.warning("[coded-fl] key exchange: no key from silo(s) %s: %s", list(missing),
-                        {s: errors.get(s, "no reply in time") for s in missing})  # fmt: skip
+            LOG.warning(
+                "[coded-fl] key exchange: no key from silo(s) %s: %s",
+                list(missing),
+                {s: errors.get(s, "no reply in time") for s in missing},
+            )
 
-    def _train_round(self, r: int, machine: ServerMachine, ex: Exchange, node_of: dict[int, int],
-                     silo_of: dict[int, int], roster_grid: RosterGrid, arrays: ArrayRecord,
-                     train_config: ConfigRecord, cfg: ProtocolConfig) -> RoundReport:  # fmt: skip
+    def _train_round(
+        self,
+        r: int,
+        machine: ServerMachine,
+        ex: Exchange,
+        node_of: dict[int, int],
+        silo_of: dict[int, int],
+        roster_grid: RosterGrid,
+        arrays: ArrayRecord,
+        train_config: ConfigRecord,
+        cfg: ProtocolConfig,
+    ) -> RoundReport:
         t0 = time.monotonic()
         report = RoundReport(round=r, ok=False, silos=cfg.n)
-        report.new_arrays = None  # type: ignore[attr-defined]
-        report.train_metrics = None  # type: ignore[attr-defined]
-        inner_msgs = list(self.strategy.configure_train(r, arrays, ConfigRecord(dict(train_config.items())),
-                                                        roster_grid))  # fmt: skip
+        inner_msgs = list(
+            self.strategy.configure_train(
+                r, arrays, ConfigRecord(dict(train_config.items())), roster_grid
+            )
+        )
         if not inner_msgs:
             report.reason = "the wrapped strategy configured no training (fraction_train=0?)"
             report.seconds = time.monotonic() - t0
             return report
         content = inner_msgs[0].content
-        send_arrays = content[self.spec.arrays_key] if self.spec.arrays_key in content else arrays
-        send_config = content[self.spec.config_key] if self.spec.config_key in content else ConfigRecord()
+        send_arrays = content.get(self.spec.arrays_key, arrays)
+        send_config = (
+            content[self.spec.config_key] if self.spec.config_key in content else ConfigRecord()
+        )
         train_msgs = []
         for req in machine.start_round(r):
-            rec = RecordDict({self.spec.arrays_key: send_arrays, self.spec.config_key: send_config,
-                              MSG_KEY: message_record(req), TRAIN_KEY: self.spec.to_record()})  # fmt: skip
-            train_msgs.append(Message(content=rec, dst_node_id=node_of[req.recipient],
-                                      message_type=MessageType.TRAIN))  # fmt: skip
+            rec = RecordDict(
+                {
+                    self.spec.arrays_key: send_arrays,
+                    self.spec.config_key: send_config,
+                    MSG_KEY: message_record(req),
+                    TRAIN_KEY: self.spec.to_record(),
+                }
+            )
+            train_msgs.append(
+                Message(
+                    content=rec, dst_node_id=node_of[req.recipient], message_type=MessageType.TRAIN
+                )
+            )
         ids = ex.push(train_msgs, stage="train", round_=r)
         deadline = t0 + self.round_timeout
         extra_until: list[float] = []
@@ -372,11 +442,11 @@ class CodedSecAgg(Strategy):
                 return True
             if machine.uploads_ready and not extra_until:
                 extra_until.append(time.monotonic() + self.extra_wait)
-            return bool(extra_until) and (self.extra_replies == 0 or time.monotonic() >= extra_until[0])
+            return bool(extra_until) and (
+                self.extra_replies == 0 or time.monotonic() >= extra_until[0]
+            )
 
-        done = ex.collect(ids, on_upload, deadline=deadline)
-        if not done and machine.uploads_ready and extra_until:  # extras did not all come: go on
-            pass
+        ex.collect(ids, on_upload, deadline=deadline)  # returns at the close or the deadline
         report.close_seconds = time.monotonic() - t0
         out = machine.close_collection()
         if isinstance(out, RoundAborted):
@@ -394,8 +464,15 @@ class CodedSecAgg(Strategy):
             return self._aborted(report, res, t0, node_of)
         return self._apply(report, res, t0, cfg, arrays, train_msgs[0])
 
-    def _apply(self, report: RoundReport, res: RoundResult, t0: float, cfg: ProtocolConfig,
-               arrays: ArrayRecord, template: Message) -> RoundReport:  # fmt: skip
+    def _apply(
+        self,
+        report: RoundReport,
+        res: RoundResult,
+        t0: float,
+        cfg: ProtocolConfig,
+        arrays: ArrayRecord,
+        template: Message,
+    ) -> RoundReport:
         total = res.total
         d_model = cfg.vector_length - 2 - len(self.spec.metric_keys)
         c = cfg.clip_range
@@ -414,18 +491,21 @@ class CodedSecAgg(Strategy):
         metrics = {self.spec.weight_key: report.total_weight}
         for j, name in enumerate(self.spec.metric_keys):
             metrics[name] = float(total[d_model + 2 + j]) * METRIC_BOUND / c / rho_sum
-        reply = Message(RecordDict({self.spec.arrays_key: new, "metrics": MetricRecord(metrics)}),
-                        reply_to=template)  # fmt: skip
+        reply = Message(
+            RecordDict({self.spec.arrays_key: new, "metrics": MetricRecord(metrics)}),
+            reply_to=template,
+        )
         agg_arrays, agg_metrics = self.strategy.aggregate_train(report.round, [reply])
         report.ok = True
-        report.new_arrays = agg_arrays  # type: ignore[attr-defined]
-        report.train_metrics = agg_metrics  # type: ignore[attr-defined]
+        report.arrays = agg_arrays
+        report.train_metrics = agg_metrics
         report.metrics.update({k: v for k, v in metrics.items() if k != self.spec.weight_key})
         report.seconds = time.monotonic() - t0
         return report
 
-    def _aborted(self, report: RoundReport, res: RoundAborted, t0: float,
-                 node_of: dict[int, int]) -> RoundReport:  # fmt: skip
+    def _aborted(
+        self, report: RoundReport, res: RoundAborted, t0: float, node_of: dict[int, int]
+    ) -> RoundReport:
         report.ok = False
         errs = "; ".join(f"silo {s}: {e}" for s, e in sorted(report.errors.items())[:5])
         report.reason = res.reason + (f" (errors: {errs})" if errs else "")
@@ -434,25 +514,41 @@ class CodedSecAgg(Strategy):
         report.seconds = time.monotonic() - t0
         return report
 
-    def _evaluate_round(self, r: int, ex: Exchange, roster_grid: RosterGrid, arrays: ArrayRecord,
-                        evaluate_config: ConfigRecord) -> MetricRecord | None:  # fmt: skip
-        msgs = list(self.strategy.configure_evaluate(r, arrays, ConfigRecord(dict(evaluate_config.items())),
-                                                     roster_grid))  # fmt: skip
+    def _evaluate_round(
+        self,
+        r: int,
+        ex: Exchange,
+        roster_grid: RosterGrid,
+        arrays: ArrayRecord,
+        evaluate_config: ConfigRecord,
+    ) -> MetricRecord | None:
+        msgs = list(
+            self.strategy.configure_evaluate(
+                r, arrays, ConfigRecord(dict(evaluate_config.items())), roster_grid
+            )
+        )
         if not msgs:
             return None
         replies: list[Message] = []
         ids = ex.push(msgs, stage="evaluate", round_=r)
-        ex.collect(ids, lambda node, reply: bool(replies.append(reply)),
-                   deadline=time.monotonic() + self.evaluate_timeout)  # fmt: skip
+        ex.collect(
+            ids,
+            lambda node, reply: bool(replies.append(reply)),
+            deadline=time.monotonic() + self.evaluate_timeout,
+        )
         return self.strategy.aggregate_evaluate(r, replies)
 
     # ------------------------------------------------------------------ helpers
     def _flower(self, node: int, msg: ProtocolMessage) -> Message:
-        return Message(content=RecordDict({MSG_KEY: message_record(msg)}), dst_node_id=node,
-                       message_type=MessageType.TRAIN)  # fmt: skip
+        return Message(
+            content=RecordDict({MSG_KEY: message_record(msg)}),
+            dst_node_id=node,
+            message_type=MessageType.TRAIN,
+        )
 
-    def _feed(self, machine: ServerMachine, silo: int, reply: Message, kind: type,
-              errors: dict[int, str]) -> None:  # fmt: skip
+    def _feed(
+        self, machine: ServerMachine, silo: int, reply: Message, kind: type, errors: dict[int, str]
+    ) -> None:
         """Hand a reply to the machine; a silo that errors or misbehaves counts as a straggler."""
         if reply.has_error():
             errors[silo] = reply.error.reason
@@ -462,8 +558,9 @@ class CodedSecAgg(Strategy):
             if msg is None:
                 raise RemoteProtocolError(
                     "replied without coded-fl content: add clients.coded_secagg_mod to its "
-                    "ClientApp (ClientApp(mods=[coded_secagg_mod]))", sender=silo,
-                )  # fmt: skip
+                    "ClientApp (ClientApp(mods=[coded_secagg_mod]))",
+                    sender=silo,
+                )
             if not isinstance(msg, kind) or msg.sender != silo:
                 raise RemoteProtocolError(
                     f"sent {type(msg).__name__} as silo {msg.sender}, expected {kind.__name__}",
@@ -473,27 +570,25 @@ class CodedSecAgg(Strategy):
         except CodedFLError as exc:
             errors[silo] = str(exc)
             LOG.warning("[coded-fl] refused a reply from silo %d: %s", silo, exc)
-        info = reply.content.get(INFO_KEY) if reply.has_content() else None
-        del info
 
     def _late_summary(self, ex: Exchange, silo_of: dict[int, int]) -> None:
         for late in ex.late:
-            if late.stage == "train" and not late.error:
-                prev = self.late_seconds.get(late.round, 0.0)
-                self.late_seconds[late.round] = max(prev, late.seconds)
+            if late.stage == "train":
+                seen = self.late_train.setdefault(late.round, [])
+                seen.append(late.seconds)
 
     def waiting_estimate(self) -> tuple[float, float]:
-        """(seconds the run's rounds took, seconds waiting for every silo would have taken):
-        late uploads are time-stamped when they came; a silo that never answered costs the
-        round deadline, as it would for a strategy that waits for everyone."""
+        """(seconds the rounds took, seconds they would have taken waiting for every silo).
+
+        Late uploads (and late error replies) are time-stamped when they came; a straggler
+        that never answered before the run ended counts the round deadline, as it would for
+        a strategy that waits for everyone."""
         ours = sum(r.seconds for r in self.reports)
         wait_all = 0.0
         for r in self.reports:
-            slowest = self.late_seconds.get(r.round, 0.0)
-            never = len(r.stragglers) > 0 and r.round not in self.late_seconds
-            wait_all += r.seconds - r.close_seconds + (self.round_timeout if never else max(slowest, r.close_seconds))
+            late = self.late_train.get(r.round, [])
+            slowest = max([r.close_seconds, *late])
+            if len(late) < len(r.stragglers):
+                slowest = max(slowest, self.round_timeout)
+            wait_all += slowest + (r.seconds - r.close_seconds)
         return ours, wait_all
-
-
-def _np(x: torch.Tensor) -> np.ndarray:  # pragma: no cover - debugging helper
-    return x.detach().cpu().numpy()

@@ -114,7 +114,9 @@ class Exchange:
 
     def lingering(self, stage: str, round_: int) -> list[int]:
         """Nodes that have not answered ``stage`` of ``round_`` yet."""
-        return [p.node_id for p in self._lingering.values() if p.stage == stage and p.round == round_]
+        return [
+            p.node_id for p in self._lingering.values() if p.stage == stage and p.round == round_
+        ]
 
     def _record_late(self, mid: str, reply: Message) -> None:
         p = self._lingering.pop(mid)

@@ -30,8 +30,14 @@ class RosterGrid(Grid):
     def run(self):  # type: ignore[no-untyped-def]
         return self._grid.run
 
-    def create_message(self, content: RecordDict, message_type: str, dst_node_id: int,  # type: ignore[override]
-                       group_id: str, ttl: float | None = None) -> Message:  # fmt: skip
+    def create_message(
+        self,
+        content: RecordDict,
+        message_type: str,
+        dst_node_id: int,  # type: ignore[override]
+        group_id: str,
+        ttl: float | None = None,
+    ) -> Message:
         return self._grid.create_message(content, message_type, dst_node_id, group_id, ttl)
 
     def get_node_ids(self) -> Iterable[int]:
@@ -47,6 +53,7 @@ class RosterGrid(Grid):
     def pull_messages(self, message_ids: Iterable[str]) -> Iterable[str]:  # type: ignore[override]
         return self._grid.pull_messages(message_ids)  # type: ignore[return-value]
 
-    def send_and_receive(self, messages: Iterable[Message], *, timeout: float | None = None
-                         ) -> Iterable[Message]:  # fmt: skip
+    def send_and_receive(
+        self, messages: Iterable[Message], *, timeout: float | None = None
+    ) -> Iterable[Message]:
         return self._grid.send_and_receive(messages, timeout=timeout)

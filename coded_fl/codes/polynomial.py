@@ -8,9 +8,11 @@ nonzero field elements derived from SHA-256 of a fixed label: public, determinis
 pseudo-random, so that if replicas of a partition disagree the decoding coefficients
 :math:`a_i B_{ij}` spread the error over the whole field and the dequantizer's range check
 refuses the aggregate; with small points such as :math:`i + 1` those coefficients are small
-rationals and a disagreement could pass as a plausible sum). Needs :math:`p > n`. Partition j has the home silo :math:`h_j = \\lfloor j n / K \\rfloor` and the
-:math:`s + 1` holders :math:`H_j = \\{h_j, h_j - 1, \\dots, h_j - s\\} \\bmod n` (for K = n the
-cyclic placement: silo i holds partitions :math:`i, i+1, \\dots, i+s \\bmod n`). Then
+rationals and a disagreement could pass as a plausible sum). Needs :math:`p > n`.
+
+Partition j has the home silo :math:`h_j = \\lfloor j n / K \\rfloor` and the :math:`s + 1`
+holders :math:`H_j = \\{h_j, h_j - 1, \\dots, h_j - s\\} \\bmod n` (for K = n the cyclic
+placement: silo i holds partitions :math:`i, i+1, \\dots, i+s \\bmod n`). Then
 
 .. math::
 

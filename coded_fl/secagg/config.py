@@ -134,23 +134,23 @@ class ProtocolConfig:
     # ------------------------------------------------------------------ derived objects
     @property
     def field(self) -> PrimeField:
-        return self._derived["field"]  # type: ignore[no-any-return]
+        return self._derived["field"]
 
     @property
     def gradient_code(self) -> GradientCode:
-        return self._derived["code"]  # type: ignore[no-any-return]
+        return self._derived["code"]
 
     @property
     def quantization(self) -> QuantizationConfig:
-        return self._derived["quantization"]  # type: ignore[no-any-return]
+        return self._derived["quantization"]
 
     @property
     def sharing(self) -> MaskSharing:
-        return self._derived["sharing"]  # type: ignore[no-any-return]
+        return self._derived["sharing"]
 
     @property
     def U(self) -> int:
-        return self._derived["U"]  # type: ignore[no-any-return]
+        return self._derived["U"]
 
     @property
     def T(self) -> int:

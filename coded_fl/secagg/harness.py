@@ -20,7 +20,8 @@ import random
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from functools import partial
+from typing import Any, TypeVar
 
 import torch
 
@@ -29,6 +30,8 @@ from coded_fl.secagg.client import ClientMachine
 from coded_fl.secagg.config import ProtocolConfig
 from coded_fl.secagg.messages import Message, decode, encode
 from coded_fl.secagg.server import RoundAborted, RoundResult, ServerMachine
+
+M = TypeVar("M", bound=Message)
 
 __all__ = ["Harness", "RoundOutcome", "Silo", "deterministic_entropy", "gaussian_partials"]
 
@@ -103,10 +106,13 @@ class Harness:
         self._down: dict[int, int] = {}
 
     # ------------------------------------------------------------------ wiring
-    def _to_client(self, msg: Message) -> Message:
+    def _to_client(self, msg: M) -> M:
         raw = encode(msg)
         self._down[msg.recipient] = self._down.get(msg.recipient, 0) + len(raw)
-        return decode(raw)
+        out = decode(raw)
+        if type(out) is not type(msg):  # pragma: no cover - the codec round-trips types
+            raise RemoteProtocolError("message changed type on the wire")
+        return out
 
     def _to_server(self, msg: Message, refused: list[tuple[int, str]]) -> None:
         raw = encode(msg)
@@ -137,9 +143,8 @@ class Harness:
             if behaviour.get(req.recipient, Silo()).drop == "keys":
                 continue
             c = self.clients[req.recipient]
-            reply = self._client(
-                req.recipient, lambda c=c, req=req: c.on_key_request(self._to_client(req))
-            )  # type: ignore[misc]
+            delivered = self._to_client(req)
+            reply = self._client(req.recipient, partial(c.on_key_request, delivered))
             self._to_server(reply, refused)
         if refused:
             raise RemoteProtocolError(f"key exchange refused: {refused}")
@@ -197,9 +202,8 @@ class Harness:
             if behaviour.get(req.recipient, Silo()).drop == "recovery":
                 continue
             c = self.clients[req.recipient]
-            reply = self._client(
-                req.recipient, lambda c=c, req=req: c.on_recovery_request(self._to_client(req))
-            )  # type: ignore[misc]
+            delivered = self._to_client(req)
+            reply = self._client(req.recipient, partial(c.on_recovery_request, delivered))
             self._to_server(reply, refused)
         t0 = time.thread_time()
         try:

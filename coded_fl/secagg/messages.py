@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -207,7 +207,12 @@ def decode(buf: bytes | bytearray | memoryview) -> Message:
     cls = _TYPES.get(kind)
     if cls is None:
         raise RemoteProtocolError(f"unknown message type {kind}")
-    head = {"digest": bytes(digest), "round": round_, "sender": sender, "recipient": recipient}
+    head: dict[str, Any] = {
+        "digest": bytes(digest),
+        "round": round_,
+        "sender": sender,
+        "recipient": recipient,
+    }
     msg: Message
     if cls is KeyRequest:
         msg = KeyRequest(**head, config=r.blob())
@@ -232,8 +237,8 @@ def decode(buf: bytes | bytearray | memoryview) -> Message:
         survivors = tuple(int(v) for v in np.frombuffer(r.take(4 * n), dtype="<i4"))
         w = np.frombuffer(r.take(4 * n * rows), dtype="<u4").reshape(rows, n)
         weights = tuple(tuple(int(v) for v in row) for row in w)
-        shares = tuple(r.blob() for _ in range(n))
-        msg = RecoveryRequest(**head, survivors=survivors, weights=weights, shares=shares)
+        boxes = tuple(r.blob() for _ in range(n))
+        msg = RecoveryRequest(**head, survivors=survivors, weights=weights, shares=boxes)
     else:
         rows, cols = r.unpack("<II")
         if rows * cols * 4 > len(r.buf) - r.pos:

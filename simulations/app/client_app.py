@@ -19,14 +19,25 @@ def _fit(msg: Message, context: Context, seed: int) -> Message:
     net = Net()
     net.load_state_dict(msg.content["arrays"].to_torch_state_dict())
     cfg = context.run_config
-    x, y = load_partition(int(context.node_config["partition-id"]),
-                          int(context.node_config["num-partitions"]),
-                          seed=int(cfg.get("seed", 0)), alpha=float(cfg.get("dirichlet-alpha", 0.0)))  # fmt: skip
-    loss = train(net, x, y, epochs=int(cfg.get("local-epochs", 1)), lr=float(cfg.get("learning-rate", 0.05)),
-                 batch_size=int(cfg.get("batch-size", 32)), seed=seed)  # fmt: skip
+    x, y = load_partition(
+        int(context.node_config["partition-id"]),
+        int(context.node_config["num-partitions"]),
+        seed=int(cfg.get("seed", 0)),
+        alpha=float(cfg.get("dirichlet-alpha", 0.0)),
+    )
+    loss = train(
+        net,
+        x,
+        y,
+        epochs=int(cfg.get("local-epochs", 1)),
+        lr=float(cfg.get("learning-rate", 0.05)),
+        batch_size=int(cfg.get("batch-size", 32)),
+        seed=seed,
+    )
     metrics = MetricRecord({"train_loss": loss, "num-examples": len(y)})
-    return Message(RecordDict({"arrays": ArrayRecord(net.state_dict()), "metrics": metrics}),
-                   reply_to=msg)  # fmt: skip
+    return Message(
+        RecordDict({"arrays": ArrayRecord(net.state_dict()), "metrics": metrics}), reply_to=msg
+    )
 
 
 @app.train()
@@ -38,8 +49,11 @@ def fit(msg: Message, context: Context) -> Message:
 @app.train("plain")
 def fit_plain(msg: Message, context: Context) -> Message:
     """The plain FedAvg comparison run: the same training with the same seeds, no coded-fl."""
-    seed = partition_seed(f"flwr-run-{context.run_id}", int(msg.content["config"]["server-round"]),
-                          int(context.node_config["partition-id"]))  # fmt: skip
+    seed = partition_seed(
+        f"flwr-run-{context.run_id}",
+        int(msg.content["config"]["server-round"]),
+        int(context.node_config["partition-id"]),
+    )
     return _fit(msg, context, seed)
 
 
@@ -47,8 +61,9 @@ def fit_plain(msg: Message, context: Context) -> Message:
 def evaluate(msg: Message, context: Context) -> Message:
     net = Net()
     net.load_state_dict(msg.content["arrays"].to_torch_state_dict())
-    x, y = load_partition(int(context.node_config["partition-id"]),
-                          int(context.node_config["num-partitions"]))  # fmt: skip
+    x, y = load_partition(
+        int(context.node_config["partition-id"]), int(context.node_config["num-partitions"])
+    )
     loss, acc = test(net, x, y)
     metrics = MetricRecord({"eval_loss": loss, "eval_acc": acc, "num-examples": len(y)})
     return Message(RecordDict({"metrics": metrics}), reply_to=msg)

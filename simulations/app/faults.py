@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 
-from flwr.app import Context, Message, MessageType
+from flwr.app import Context, Error, Message, MessageType
 
 __all__ = ["fault_injection_mod", "parse_delays", "parse_sites"]
 
@@ -33,7 +33,9 @@ def fault_injection_mod(msg: Message, context: Context, call_next):  # type: ign
     cfg = context.run_config
     if site in parse_sites(str(cfg.get("dropout-sites", ""))):
         time.sleep(float(cfg.get("drop-hang", 30.0)))
-        raise RuntimeError(f"site {site} dropped out (injected fault)")
+        return Message(
+            Error(code=0, reason=f"site {site} dropped out (injected fault)"), reply_to=msg
+        )
     delay = parse_delays(str(cfg.get("straggler-delays", ""))).get(site, 0.0)
     out = call_next(msg, context)
     time.sleep(delay)

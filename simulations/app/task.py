@@ -58,8 +58,9 @@ def _split(num_partitions: int, seed: int, alpha: float) -> list[np.ndarray]:
     return [np.array(sorted(p), dtype=np.int64) for p in parts]
 
 
-def load_partition(partition_id: int, num_partitions: int, *, seed: int = 0,
-                   alpha: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+def load_partition(
+    partition_id: int, num_partitions: int, *, seed: int = 0, alpha: float = 0.0
+) -> tuple[torch.Tensor, torch.Tensor]:
     """The training examples of one partition (``alpha > 0``: Dirichlet non-IID)."""
     x, y = _digits(seed)
     idx = _split(num_partitions, seed, alpha)[partition_id]
@@ -71,8 +72,16 @@ def load_test(*, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.from_numpy(x[:1000]), torch.from_numpy(y[:1000])
 
 
-def train(net: Net, x: torch.Tensor, y: torch.Tensor, *, epochs: int, lr: float,
-          batch_size: int, seed: int) -> float:  # fmt: skip
+def train(
+    net: Net,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    *,
+    epochs: int,
+    lr: float,
+    batch_size: int,
+    seed: int,
+) -> float:
     """Plain SGD; the batch order comes from ``seed``. Returns the mean training loss."""
     gen = torch.Generator().manual_seed(seed)
     opt = torch.optim.SGD(net.parameters(), lr=lr, momentum=0.9)
@@ -84,7 +93,7 @@ def train(net: Net, x: torch.Tensor, y: torch.Tensor, *, epochs: int, lr: float,
             loss = nn.functional.cross_entropy(net(x[batch]), y[batch])
             loss.backward()
             opt.step()
-            total += float(loss) * len(batch)
+            total += loss.item() * len(batch)
             count += len(batch)
     return total / max(count, 1)
 

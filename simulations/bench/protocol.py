@@ -92,9 +92,13 @@ def _coded_round(
     o = last[-1]
     ups = [o.bytes_up[i] for i in o.bytes_up]
     downs = [o.bytes_down[i] for i in o.bytes_down]
-    return {"client": statistics.median(client), "client_total": statistics.median(client_total),
-            "server": statistics.median(server), "up": statistics.median(ups),
-            "down": statistics.median(downs)}  # fmt: skip
+    return {
+        "client": statistics.median(client),
+        "client_total": statistics.median(client_total),
+        "server": statistics.median(server),
+        "up": statistics.median(ups),
+        "down": statistics.median(downs),
+    }
 
 
 def _secaggplus_primitives(report: Report, d: int, n: int) -> None:
@@ -113,10 +117,16 @@ def _secaggplus_primitives(report: Report, d: int, n: int) -> None:
     threshold = max(2, n // 2)
     shares = create_shares(secret, threshold, n)
     t_comb, _ = median_time(lambda: combine_shares(shares[:threshold]), repeats=5)
-    report.add(kind="secaggplus_primitive", d=d, n=n, quantize_s=t_q, mask_prg_s=t_prg,
-               shamir_combine_one_secret_s=t_comb,
-               unmask_estimate_full_graph_s=t_comb * n * 2 + t_prg * n,
-               upload_bytes=8 * d)  # fmt: skip
+    report.add(
+        kind="secaggplus_primitive",
+        d=d,
+        n=n,
+        quantize_s=t_q,
+        mask_prg_s=t_prg,
+        shamir_combine_one_secret_s=t_comb,
+        unmask_estimate_full_graph_s=t_comb * n * 2 + t_prg * n,
+        upload_bytes=8 * d,
+    )
 
 
 def run(report: Report, *, quick: bool) -> None:
@@ -124,15 +134,25 @@ def run(report: Report, *, quick: bool) -> None:
     sizes = [10, 20] if quick else [10, 20, 50, 100]
     d = 100_000 if quick else 1_000_000
     rounds = 2 if quick else 3
-    report.config = {"d": d, "silos": sizes, "dropout": 0.1, "rounds": rounds,
-                     "timing": "thread CPU time; client = median silo per round"}  # fmt: skip
+    report.config = {
+        "d": d,
+        "silos": sizes,
+        "dropout": 0.1,
+        "rounds": rounds,
+        "timing": "thread CPU time; client = median silo per round",
+    }
     goal_ratio = None
     for n in sizes:
         s = max(1, n // 10)
         dropped = set(range(n - s, n))
         for t_label, t in (("T=s", s), ("T=(n-s)/2", (n - s) // 2)):
-            cfg = ProtocolConfig(num_silos=n, num_stragglers=s, privacy_threshold=t,
-                                 vector_length=d, run_id=f"bench-{n}")  # fmt: skip
+            cfg = ProtocolConfig(
+                num_silos=n,
+                num_stragglers=s,
+                privacy_threshold=t,
+                vector_length=d,
+                run_id=f"bench-{n}",
+            )
             coded = _coded_round(cfg, dropped, rounds, seed=n)
             _plain_round(cfg, dropped, seed=n)  # warm-up (kernels, allocator)
             plain = _plain_round(cfg, dropped, seed=n)
@@ -142,29 +162,42 @@ def run(report: Report, *, quick: bool) -> None:
                 plain["client_total"] + plain["server"]
             )
             row = report.add(
-                kind="coded_vs_plain", n=n, s=s, T=t, U=cfg.U, privacy=t_label, d=d,
-                client_cpu_s=coded["client"], server_cpu_s=coded["server"],
-                plain_client_cpu_s=plain["client"], plain_server_cpu_s=plain["server"],
+                kind="coded_vs_plain",
+                n=n,
+                s=s,
+                T=t,
+                U=cfg.U,
+                privacy=t_label,
+                d=d,
+                client_cpu_s=coded["client"],
+                server_cpu_s=coded["server"],
+                plain_client_cpu_s=plain["client"],
+                plain_server_cpu_s=plain["server"],
                 overhead_ratio_one_silo_plus_server=ratio,
                 overhead_ratio_all_silos_plus_server=ratio_all,
-                upload_bytes=coded["up"], download_bytes=coded["down"],
+                upload_bytes=coded["up"],
+                download_bytes=coded["down"],
                 plain_upload_bytes=plain["up"],
-                float_client_cpu_s=flt["client"], float_server_cpu_s=flt["server"],
+                float_client_cpu_s=flt["client"],
+                float_server_cpu_s=flt["server"],
                 upload_elements_ratio=cfg.upload_elements() / d,
                 upload_ratio=coded["up"] / plain["up"],
                 upload_bound_1_plus_n_over_U_minus_T=1 + n / (cfg.U - t),
                 round_trips_per_round=2,
-            )  # fmt: skip
+            )
             if n == 20 and t_label == "T=s":
                 goal_ratio = row["overhead_ratio_one_silo_plus_server"]
                 report.goal(
                     f"per-silo upload (field elements sent per round / d) <= 1 + n/(U-T) at n={n}",
-                    row["upload_elements_ratio"], row["upload_bound_1_plus_n_over_U_minus_T"],
+                    row["upload_elements_ratio"],
+                    row["upload_bound_1_plus_n_over_U_minus_T"],
                     applies=not quick,
-                )  # fmt: skip
+                )
         _secaggplus_primitives(report, d, n)
     if goal_ratio is not None:
         report.goal(
             f"protocol CPU (one silo + server) at n=20, d={d:.0e} <= 3x plain summation",
-            goal_ratio, 3.0, applies=not quick,
-        )  # fmt: skip
+            goal_ratio,
+            3.0,
+            applies=not quick,
+        )

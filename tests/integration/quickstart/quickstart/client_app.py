@@ -1,6 +1,5 @@
 """quickstart: a Flower / PyTorch app."""
 
-import torch
 from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 
@@ -20,8 +19,9 @@ def train(msg: Message, context: Context):
     partition_id = context.node_config["partition-id"]
     num_partitions = context.node_config["num-partitions"]
     trainset, _ = load_data(partition_id, num_partitions)
-    train_loss = train_fn(model, trainset, context.run_config["local-epochs"],
-                          msg.content["config"]["lr"])
+    train_loss = train_fn(
+        model, trainset, context.run_config["local-epochs"], msg.content["config"]["lr"]
+    )
     model_record = ArrayRecord(model.state_dict())
     metrics = {"train_loss": train_loss, "num-examples": len(trainset[1])}
     content = RecordDict({"arrays": model_record, "metrics": MetricRecord(metrics)})
@@ -33,7 +33,9 @@ def evaluate(msg: Message, context: Context):
     """Evaluate the model on local data."""
     model = Net()
     model.load_state_dict(msg.content["arrays"].to_torch_state_dict())
-    _, testset = load_data(context.node_config["partition-id"], context.node_config["num-partitions"])
+    _, testset = load_data(
+        context.node_config["partition-id"], context.node_config["num-partitions"]
+    )
     eval_loss, eval_acc = test_fn(model, testset)
     metrics = {"eval_loss": eval_loss, "eval_acc": eval_acc, "num-examples": len(testset[1])}
     return Message(content=RecordDict({"metrics": MetricRecord(metrics)}), reply_to=msg)
