@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import math
+import secrets
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -193,6 +194,8 @@ class CodedSecAgg(Strategy):
             metric_keys=tuple(metric_keys),
         )
         self.reports: list[RoundReport] = []
+        #: the public run id seeds derive from (set by start); a comparison run can reuse it
+        self.run_id: str | None = None
         self.late_train: dict[int, list[float]] = {}
         if num_silos is not None:  # validate the settings now, before any node is contacted
             self._config(num_silos, vector_length=1, run_id="check")
@@ -236,7 +239,9 @@ class CodedSecAgg(Strategy):
         return self.strategy.aggregate_evaluate(server_round, replies)
 
     # ------------------------------------------------------------------ configuration
-    def _config(self, n: int, *, vector_length: int, run_id: str) -> ProtocolConfig:
+    def _config(
+        self, n: int, *, vector_length: int, run_id: str, session: str = ""
+    ) -> ProtocolConfig:
         return ProtocolConfig(
             num_silos=n,
             num_stragglers=self.num_stragglers,
@@ -249,6 +254,7 @@ class CodedSecAgg(Strategy):
             extra_replies=self.extra_replies,
             headroom_bits=self.headroom_bits,
             run_id=run_id,
+            session=session,
         )
 
     def _wait_for_nodes(self, grid: Grid) -> list[int]:
@@ -307,7 +313,9 @@ class CodedSecAgg(Strategy):
         theta = flatten(initial_arrays)
         d = theta.numel() + 2 + len(self.spec.metric_keys)
         run_id = f"flwr-run-{getattr(grid.run, 'run_id', 0)}"
-        cfg = self._config(n, vector_length=d, run_id=run_id)
+        # a fresh session per start(): silos make new keys and restart their round counter
+        cfg = self._config(n, vector_length=d, run_id=run_id, session=secrets.token_hex(8))
+        self.run_id = run_id
         node_of = dict(enumerate(nodes))
         silo_of = {v: k for k, v in node_of.items()}
         LOG.info("[coded-fl] %s", cfg.describe())
@@ -381,7 +389,15 @@ class CodedSecAgg(Strategy):
             detail = "; ".join(
                 f"silo {s} (node {node_of[s]}): {e}" for s, e in sorted(errors.items())
             )
-            raise ConfigurationError(f"{exc}. Replies: {detail or 'none in time'}") from None
+            hint = (
+                " A silo that fails the key exchange usually runs a ClientApp without the "
+                "coded-fl mod: use ClientApp(mods=[clients.coded_secagg_mod])."
+                if errors
+                else ""
+            )
+            raise ConfigurationError(
+                f"{exc}. Replies: {detail or 'none in time'}.{hint}"
+            ) from None
         if missing:
             LOG.warning(
                 "[coded-fl] key exchange: no key from silo(s) %s: %s",

@@ -52,7 +52,11 @@ class ProtocolConfig:
         With ``scale=None``: bits left free above the largest true sum, so that a corrupted
         aggregate element is caught by the range check with probability 1 - 2^-headroom_bits.
     run_id
-        Public identifier of the run (binds keys, rounding and messages to it).
+        Public identifier of the run: seeds and stochastic rounding derive from it (so a run
+        can be repeated exactly).
+    session
+        Distinguishes two protocol sessions of the same run (e.g. two ``start`` calls): part
+        of the digest and of every key, so a silo starts afresh (new keys, round counter).
     """
 
     num_silos: int
@@ -68,6 +72,7 @@ class ProtocolConfig:
     headroom_bits: int = 8
     p: int = 2**31 - 1
     run_id: str = "run"
+    session: str = ""
     nonfinite: str = "raise"
     _derived: dict[str, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
 
@@ -171,7 +176,8 @@ class ProtocolConfig:
 
     @property
     def run_bytes(self) -> bytes:
-        return self.run_id.encode()
+        """What keys and sealed shares are bound to: run and session."""
+        return f"{self.run_id}/{self.session}".encode()
 
     # ------------------------------------------------------------------ wire form
     def to_json(self) -> bytes:
@@ -187,7 +193,7 @@ class ProtocolConfig:
             "code": self.gradient_code.kind,
             "extra_replies": self.extra_replies,
             "p": self.p,
-            "run_id": self.run_id,
+            "run_id": self.run_id, "session": self.session,
             "nonfinite": self.nonfinite,
             "headroom_bits": self.headroom_bits,
         }

@@ -50,7 +50,7 @@ def fit(msg: Message, context: Context) -> Message:
 def fit_plain(msg: Message, context: Context) -> Message:
     """The plain FedAvg comparison run: the same training with the same seeds, no coded-fl."""
     seed = partition_seed(
-        f"flwr-run-{context.run_id}",
+        str(msg.content["config"]["codedfl-run-id"]),
         int(msg.content["config"]["server-round"]),
         int(context.node_config["partition-id"]),
     )

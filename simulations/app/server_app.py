@@ -34,9 +34,16 @@ def _evaluator(seed: int):  # type: ignore[no-untyped-def]
     return evaluate
 
 
-def _plain_fedavg(
-    grid: Grid, arrays: ArrayRecord, rounds: int, n: int, timeout: float, evaluate, log_round
-) -> tuple[ArrayRecord, float, list[float]]:  # type: ignore[no-untyped-def]
+def _plain_fedavg(  # type: ignore[no-untyped-def]
+    grid: Grid,
+    arrays: ArrayRecord,
+    rounds: int,
+    n: int,
+    timeout: float,
+    run_id: str,
+    evaluate,
+    log_round,
+) -> tuple[ArrayRecord, float, list[float]]:
     """Plain FedAvg (Message API) that waits for every silo or the timeout, each round."""
     fedavg = FedAvg(fraction_evaluate=0.0, min_available_nodes=n, min_train_nodes=n)
     ex = Exchange(grid)
@@ -47,7 +54,9 @@ def _plain_fedavg(
             Message(
                 content=m.content, dst_node_id=m.metadata.dst_node_id, message_type="train.plain"
             )
-            for m in fedavg.configure_train(r, arrays, ConfigRecord(), grid)
+            for m in fedavg.configure_train(
+                r, arrays, ConfigRecord({"codedfl-run-id": run_id}), grid
+            )
         ]
         replies: list[Message] = []
 
@@ -122,7 +131,14 @@ def main(grid: Grid, context: Context) -> None:
     if plain_mode == "flower":
         t1 = time.monotonic()
         plain_arrays, plain_rounds_s, _ = _plain_fedavg(
-            grid, initial, rounds, n, float(rc["plain-timeout"]), evaluate, say
+            grid,
+            initial,
+            rounds,
+            n,
+            float(rc["plain-timeout"]),
+            str(strategy.run_id),
+            evaluate,
+            say,
         )
         plain_acc = evaluate(rounds, plain_arrays)["accuracy"]
         lines += [

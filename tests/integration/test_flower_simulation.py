@@ -1,0 +1,243 @@
+"""Coded secure aggregation through the real Flower simulation engine (Ray backend).
+
+One simulation with 4 SuperNodes runs several scenarios in a row (Ray starts once); each test
+asserts on one scenario's outcome against an exact float FedAvg computed here.
+"""
+
+from __future__ import annotations
+
+import pickle
+
+import numpy as np
+import pytest
+import torch
+from flwr.app import ConfigRecord, Message, MessageType, MetricRecord, RecordDict
+from flwr.serverapp import Grid
+from flwr.serverapp.strategy import FedAdam, FedAvg
+
+from strategies import CodedSecAgg
+from strategies.roster import RosterGrid
+from tests.integration import flower_apps as fa
+
+pytestmark = pytest.mark.integration
+
+N = 4
+
+
+def _coded(inner, **kw) -> CodedSecAgg:  # type: ignore[no-untyped-def]
+    defaults = {
+        "num_silos": N,
+        "num_stragglers": 1,
+        "privacy_threshold": 1,
+        "clip_range": 4.0,
+        "max_weight": 100.0,
+        "round_timeout": 60.0,
+        "key_timeout": 90.0,
+        "recovery_timeout": 60.0,
+        "node_wait_timeout": 60.0,
+        "metric_keys": ("train_loss",),
+    }
+    defaults.update(kw)
+    return CodedSecAgg(inner, **defaults)
+
+
+def _fedavg() -> FedAvg:
+    return FedAvg(fraction_evaluate=0.0, min_available_nodes=N, min_train_nodes=N)
+
+
+def exact(grid: Grid) -> dict:
+    strategy = _coded(_fedavg())
+    res = strategy.start(grid=grid, initial_arrays=fa.initial_arrays(), num_rounds=2)
+    return {
+        "arrays": fa.as_numpy(res.arrays),
+        "reports": strategy.reports,
+        "train_metrics": dict(res.train_metrics_clientapp),
+    }
+
+
+def dropouts(grid: Grid) -> dict:
+    strategy = _coded(_fedavg(), num_stragglers=2, privacy_threshold=1)
+    res = strategy.start(
+        grid=grid,
+        initial_arrays=fa.initial_arrays(),
+        num_rounds=1,
+        train_config=fa.train_config(**{"test-fail-sites": "0,3"}),
+    )
+    return {"arrays": fa.as_numpy(res.arrays), "reports": strategy.reports}
+
+
+def fedadam(grid: Grid) -> dict:
+    kw = {
+        "eta": 0.05,
+        "eta_l": 0.1,
+        "tau": 1e-3,
+        "fraction_evaluate": 0.0,
+        "min_available_nodes": N,
+        "min_train_nodes": N,
+    }
+    strategy = _coded(FedAdam(**kw))
+    init = fa.initial_arrays()
+    res = strategy.start(grid=grid, initial_arrays=init, num_rounds=1)
+    # the reference: the same FedAdam step applied to the exact float FedAvg of all partitions
+    ref = FedAdam(**kw)
+    ref.configure_train(1, init, ConfigRecord(), RosterGrid(grid, sorted(grid.get_node_ids())))
+    state = {k: torch.from_numpy(v) for k, v in fa.as_numpy(init).items()}
+    avg = fa.fedavg_reference(state, list(range(N)))
+    from flwr.app import ArrayRecord
+
+    template = Message(
+        RecordDict(), dst_node_id=sorted(grid.get_node_ids())[0], message_type=MessageType.TRAIN
+    )
+    template.metadata.__dict__["_message_id"] = "ref"
+    reply = Message(
+        RecordDict(
+            {
+                "arrays": ArrayRecord({k: v.float() for k, v in avg.items()}),  # type: ignore[dict-item]
+                "metrics": MetricRecord({"num-examples": 1}),
+            }
+        ),
+        reply_to=template,
+    )
+    expected, _ = ref.aggregate_train(1, [reply])
+    return {
+        "arrays": fa.as_numpy(res.arrays),
+        "expected": fa.as_numpy(expected),  # type: ignore[arg-type]
+        "reports": strategy.reports,
+    }
+
+
+def nan_updates(grid: Grid) -> dict:
+    strategy = _coded(_fedavg())
+    init = fa.initial_arrays()
+    res = strategy.start(
+        grid=grid,
+        initial_arrays=init,
+        num_rounds=1,
+        train_config=fa.train_config(**{"test-nan-sites": "0,1,2,3"}),
+    )
+    return {
+        "arrays": fa.as_numpy(res.arrays),
+        "initial": fa.as_numpy(init),
+        "reports": strategy.reports,
+    }
+
+
+def mod_without_strategy(grid: Grid) -> list[str]:
+    fedavg = _fedavg()
+    msgs = fedavg.configure_train(1, fa.initial_arrays(), ConfigRecord(), grid)
+    replies = grid.send_and_receive(msgs, timeout=60)
+    return [m.error.reason for m in replies if m.has_error()]
+
+
+def too_few_nodes(grid: Grid) -> None:
+    _coded(_fedavg(), num_silos=N + 1, node_wait_timeout=2.0).start(
+        grid=grid, initial_arrays=fa.initial_arrays(), num_rounds=1
+    )
+
+
+@pytest.fixture(scope="module")
+def outcomes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, fa.Outcome]:
+    from flwr.simulation import run_simulation
+
+    fa.pythonpath_for_workers()
+    out = tmp_path_factory.mktemp("flower") / "outcomes.pkl"
+    scenarios = {
+        "exact": exact,
+        "dropouts": dropouts,
+        "fedadam": fedadam,
+        "nan": nan_updates,
+        "mod_without_strategy": mod_without_strategy,
+        "too_few_nodes": too_few_nodes,
+    }
+    run_simulation(
+        server_app=fa.server_app(scenarios, out),
+        client_app=fa.client_app(),
+        num_supernodes=N,
+        backend_config={"client_resources": {"num_cpus": 1}, "init_args": {"num_cpus": N}},
+    )
+    assert out.exists(), "the ServerApp did not finish"
+    return pickle.loads(out.read_bytes())
+
+
+def _ok(outcome: fa.Outcome) -> dict:
+    assert outcome.error is None, outcome.extra.get("trace", outcome.error)
+    return outcome.value  # type: ignore[no-any-return]
+
+
+def _reference(rounds: int) -> dict[str, np.ndarray]:
+    state = {k: torch.from_numpy(v) for k, v in fa.as_numpy(fa.initial_arrays()).items()}
+    for _ in range(rounds):
+        state = {k: v.float() for k, v in fa.fedavg_reference(state, list(range(N))).items()}
+    return {k: v.numpy() for k, v in state.items()}
+
+
+def test_coded_secure_aggregate_equals_plain_fedavg_within_quantization(outcomes):
+    got = _ok(outcomes["exact"])
+    ref = _reference(2)
+    for name in ref:
+        np.testing.assert_allclose(got["arrays"][name], ref[name], atol=2e-5)
+    reps = got["reports"]
+    assert [r.ok for r in reps] == [True, True]
+    assert all(r.replies_used >= N - 1 for r in reps)
+    assert got["train_metrics"][1]["train_loss"] > 0
+
+
+def test_s_silos_that_fail_are_skipped_and_the_sum_is_still_exact(outcomes):
+    got = _ok(outcomes["dropouts"])
+    rep = got["reports"][0]
+    assert rep.ok, rep.reason
+    assert len(rep.stragglers) == 2 and len(rep.errors) == 2
+    assert all("test fault" in e for e in rep.errors.values())
+    ref = _reference(1)  # all four partitions, although two silos failed
+    for name in ref:
+        np.testing.assert_allclose(got["arrays"][name], ref[name], atol=2e-5)
+
+
+def test_fedadam_as_inner_strategy_gets_the_exact_average(outcomes):
+    got = _ok(outcomes["fedadam"])
+    assert got["reports"][0].ok
+    for name in got["expected"]:
+        np.testing.assert_allclose(got["arrays"][name], got["expected"][name], atol=1e-4)
+
+
+def test_nan_updates_abort_the_round_and_leave_the_model_unchanged(outcomes):
+    got = _ok(outcomes["nan"])
+    rep = got["reports"][0]
+    assert not rep.ok
+    assert "NaN" in rep.reason and "uploaded" in rep.reason
+    for name, v in got["initial"].items():
+        np.testing.assert_array_equal(got["arrays"][name], v)
+
+
+def test_a_mod_without_the_strategy_fails_fast_naming_the_fix(outcomes):
+    reasons = _ok(outcomes["mod_without_strategy"])  # type: ignore[arg-type]
+    assert len(reasons) == N
+    assert all("strategies.CodedSecAgg" in r for r in reasons)
+
+
+def test_fewer_nodes_than_silos_is_a_clear_error(outcomes):
+    err = outcomes["too_few_nodes"].error
+    assert err is not None and "ConfigurationError" in err and "num_silos" in err
+
+
+@pytest.mark.slow
+def test_a_clientapp_without_the_mod_fails_the_key_exchange_naming_the_mod(tmp_path):
+    from flwr.simulation import run_simulation
+
+    fa.pythonpath_for_workers()
+    out = tmp_path / "outcomes.pkl"
+
+    def run(grid: Grid) -> None:
+        _coded(_fedavg(), key_timeout=60.0).start(
+            grid=grid, initial_arrays=fa.initial_arrays(), num_rounds=1
+        )
+
+    run_simulation(
+        server_app=fa.server_app({"no_mod": run}, out),
+        client_app=fa.client_app(with_mod=False),
+        num_supernodes=N,
+        backend_config={"client_resources": {"num_cpus": 1}, "init_args": {"num_cpus": N}},
+    )
+    err = pickle.loads(out.read_bytes())["no_mod"].error
+    assert err is not None and "ConfigurationError" in err
+    assert "coded_secagg_mod" in err
