@@ -8,6 +8,7 @@ everything it started (by process group, never by name).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -58,11 +59,18 @@ class LocalSuperLink:
         self.home.mkdir(parents=True, exist_ok=True)
         log = (self.home / "superlink.log").open("wb")
         cmd = [
-            str(Path(sys.executable).parent / "flower-superlink"), "--insecure", "--simulation",
-            "--host", "127.0.0.1", "--port", str(self.port),
-            "--control-api-address", f"127.0.0.1:{_free_port()}",
-            "--database", str(self.home / "state.db"),
-        ]  # fmt: skip
+            str(Path(sys.executable).parent / "flower-superlink"),
+            "--insecure",
+            "--simulation",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--control-api-address",
+            f"127.0.0.1:{_free_port()}",
+            "--database",
+            str(self.home / "state.db"),
+        ]
         self.proc = subprocess.Popen(
             cmd, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
         )
@@ -87,17 +95,22 @@ class LocalSuperLink:
         )
         return self
 
-    def run(self, app_dir: Path, *, num_supernodes: int, run_config: str = "",
-            timeout: float = 600.0) -> str:  # fmt: skip
+    def run(
+        self, app_dir: Path, *, num_supernodes: int, run_config: str = "", timeout: float = 600.0
+    ) -> str:
         """``flwr run`` the app on this SuperLink with ``num_supernodes`` simulated nodes (all
         able to run at once); returns the streamed output. Raises on a non-zero exit or a
         timeout."""
         cmd = [
-            str(Path(sys.executable).parent / "flwr"), "run", str(app_dir), "local-test",
-            "--stream", "--federation-config",
+            str(Path(sys.executable).parent / "flwr"),
+            "run",
+            str(app_dir),
+            "local-test",
+            "--stream",
+            "--federation-config",
             f"num_supernodes={num_supernodes} client_resources_num_cpus=1 "
             f"init_args_num_cpus={num_supernodes}",
-        ]  # fmt: skip
+        ]
         if run_config:
             cmd += ["--run-config", run_config]
         done = subprocess.run(
@@ -118,12 +131,14 @@ class LocalSuperLink:
                 os.killpg(pgid, sig)
             except ProcessLookupError:
                 break
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 self.proc.wait(timeout=10.0)
-            except subprocess.TimeoutExpired:
-                pass
         self.proc = None
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:  # fmt: skip
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         self.stop()

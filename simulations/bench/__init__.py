@@ -9,5 +9,6 @@ BENCHMARKS = {
     "codes": "simulations.bench.codes",
     "kernels": "simulations.bench.kernels",
     "protocol": "simulations.bench.protocol",
+    "rounds": "simulations.bench.rounds",
     "shuffling": "simulations.bench.shuffling",
 }

@@ -55,7 +55,7 @@ def test_applying_the_guide_changes_only_those_lines(tmp_path):
     dst = tmp_path / "quickstart"
     shutil.copytree(PROJECT, dst)
     apply_guide(dst)
-    for path, old, new in guide_blocks():
+    for path, _old, new in guide_blocks():
         changed = (dst / path).read_text()
         assert "\n".join(new) in changed
     original = {p.relative_to(PROJECT): p.read_text() for p in PROJECT.rglob("*.py")}
