@@ -31,6 +31,7 @@ from flwr.serverapp.strategy import Result, Strategy
 
 from coded_fl.errors import CodedFLError, ConfigurationError, RemoteProtocolError
 from coded_fl.secagg import ProtocolConfig, RoundAborted, RoundResult, ServerMachine
+from coded_fl.secagg.client import NEEDS_KEYS
 from coded_fl.secagg.messages import KeyReply, RecoveryReply, Upload
 from coded_fl.secagg.messages import Message as ProtocolMessage
 from strategies.exchange import Exchange
@@ -70,6 +71,7 @@ class RoundReport:
     metrics: dict[str, float] = field(default_factory=dict)
     errors: dict[int, str] = field(default_factory=dict)
     suspects: tuple[int, ...] = ()
+    rekeyed: tuple[int, ...] = ()
     #: the wrapped strategy's aggregate of this round (None if the round was aborted)
     arrays: ArrayRecord | None = field(default=None, repr=False)
     train_metrics: MetricRecord | None = field(default=None, repr=False)
@@ -196,6 +198,7 @@ class CodedSecAgg(Strategy):
         self.reports: list[RoundReport] = []
         #: the public run id seeds derive from (set by start); a comparison run can reuse it
         self.run_id: str | None = None
+        self._limit = math.inf
         self.late_train: dict[int, list[float]] = {}
         if num_silos is not None:  # validate the settings now, before any node is contacted
             self._config(num_silos, vector_length=1, run_id="check")
@@ -302,8 +305,8 @@ class CodedSecAgg(Strategy):
     ) -> Result:
         """Run ``num_rounds`` rounds of coded secure aggregation (see the module docstring).
 
-        ``timeout`` bounds the whole run's setup waits; the stage deadlines are the
-        constructor's.
+        ``timeout`` caps every stage deadline (as ``Strategy.start``'s timeout caps each wait
+        for replies); the stage deadlines themselves are the constructor's.
         """
         train_config = ConfigRecord() if train_config is None else train_config
         evaluate_config = ConfigRecord() if evaluate_config is None else evaluate_config
@@ -325,7 +328,7 @@ class CodedSecAgg(Strategy):
         )
         machine = ServerMachine(cfg)
         ex = Exchange(grid, poll_interval=self.poll_interval)
-        roster_grid = RosterGrid(grid, nodes)
+        self._limit = float(timeout)
         self._key_exchange(machine, ex, node_of, silo_of)
 
         result = Result(arrays=initial_arrays)
@@ -334,10 +337,15 @@ class CodedSecAgg(Strategy):
             res = evaluate_fn(0, arrays)
             if res is not None:
                 result.evaluate_metrics_serverapp[0] = res
+        rekey: set[int] = set()
         for r in range(1, num_rounds + 1):
+            rekeyed = self._membership(grid, machine, ex, node_of, silo_of, rekey)
+            roster_grid = RosterGrid(grid, [node_of[i] for i in range(n)])
             report = self._train_round(
                 r, machine, ex, node_of, silo_of, roster_grid, arrays, train_config, cfg
             )
+            report.rekeyed = rekeyed
+            rekey = {s for s, e in report.errors.items() if NEEDS_KEYS in e}
             if report.ok and report.arrays is not None:
                 arrays = report.arrays
                 result.arrays = arrays
@@ -371,18 +379,57 @@ class CodedSecAgg(Strategy):
         return result
 
     # ------------------------------------------------------------------ stages
+    def _membership(
+        self,
+        grid: Grid,
+        machine: ServerMachine,
+        ex: Exchange,
+        node_of: dict[int, int],
+        silo_of: dict[int, int],
+        rekey: set[int],
+    ) -> tuple[int, ...]:
+        """Before a round: give a silo whose node left to a newly connected node, and rerun the
+        key exchange for the silos that need keys (new nodes, restarted nodes). Keys are
+        otherwise agreed once per run."""
+        connected = set(grid.get_node_ids())
+        spare = sorted(connected - set(node_of.values()))
+        todo = set(rekey)
+        for silo, node in sorted(node_of.items()):
+            if node not in connected and spare:
+                new = spare.pop(0)
+                del silo_of[node]
+                node_of[silo], silo_of[new] = new, silo
+                todo.add(silo)
+                LOG.info("[coded-fl] silo %d moved from node %d to new node %d", silo, node, new)
+        if not todo:
+            return ()
+        try:
+            self._key_exchange(machine, ex, node_of, silo_of, sorted(todo))
+        except ConfigurationError as exc:  # the old keys stay; those silos remain stragglers
+            LOG.warning("[coded-fl] rekeying %s failed: %s", sorted(todo), exc)
+        LOG.info("[coded-fl] keys renewed for silo(s) %s", sorted(todo))
+        return tuple(sorted(todo))
+
     def _key_exchange(
-        self, machine: ServerMachine, ex: Exchange, node_of: dict[int, int], silo_of: dict[int, int]
+        self,
+        machine: ServerMachine,
+        ex: Exchange,
+        node_of: dict[int, int],
+        silo_of: dict[int, int],
+        silos: list[int] | None = None,
     ) -> None:
         errors: dict[int, str] = {}
-        msgs = [self._flower(node_of[req.recipient], req) for req in machine.start_key_exchange()]
+        msgs = [
+            self._flower(node_of[req.recipient], req)
+            for req in machine.start_key_exchange(silos)
+        ]
         ids = ex.push(msgs, stage="keys", round_=0)
 
         def on_reply(node: int, reply: Message) -> bool:
             self._feed(machine, silo_of[node], reply, KeyReply, errors)
-            return len(errors) + len(machine._pending_keys) >= len(ids)
+            return len(errors) + machine.keys_received >= len(ids)
 
-        ex.collect(ids, on_reply, deadline=time.monotonic() + self.key_timeout)
+        ex.collect(ids, on_reply, deadline=self._deadline(self.key_timeout))
         try:
             missing = machine.close_key_exchange()
         except CodedFLError as exc:
@@ -449,7 +496,7 @@ class CodedSecAgg(Strategy):
                 )
             )
         ids = ex.push(train_msgs, stage="train", round_=r)
-        deadline = t0 + self.round_timeout
+        deadline = t0 + min(self.round_timeout, self._limit)
         extra_until: list[float] = []
 
         def on_upload(node: int, reply: Message) -> bool:
@@ -474,7 +521,7 @@ class CodedSecAgg(Strategy):
             self._feed(machine, silo_of[node], reply, RecoveryReply, report.errors)
             return machine.recovery_ready
 
-        ex.collect(rids, on_recovery, deadline=time.monotonic() + self.recovery_timeout)
+        ex.collect(rids, on_recovery, deadline=self._deadline(self.recovery_timeout))
         res = machine.finish()
         if isinstance(res, RoundAborted):
             return self._aborted(report, res, t0, node_of)
@@ -550,11 +597,14 @@ class CodedSecAgg(Strategy):
         ex.collect(
             ids,
             lambda node, reply: bool(replies.append(reply)),
-            deadline=time.monotonic() + self.evaluate_timeout,
+            deadline=self._deadline(self.evaluate_timeout),
         )
         return self.strategy.aggregate_evaluate(r, replies)
 
     # ------------------------------------------------------------------ helpers
+    def _deadline(self, seconds: float) -> float:
+        return time.monotonic() + min(seconds, self._limit)
+
     def _flower(self, node: int, msg: ProtocolMessage) -> Message:
         return Message(
             content=RecordDict({MSG_KEY: message_record(msg)}),

@@ -57,9 +57,12 @@ from coded_fl.secagg.messages import (
 )
 from coded_fl.secagg.verify import check_weight_rows
 
-__all__ = ["ClientMachine", "ClientStage", "TrainTask"]
+__all__ = ["NEEDS_KEYS", "ClientMachine", "ClientStage", "TrainTask"]
 
 SHARE_PURPOSE = b"mask-share"
+#: In the error of a silo that has no keys for the server's session (a restarted node, or one
+#: that missed the key exchange): the server reruns the key exchange for it.
+NEEDS_KEYS = "codedfl-needs-keys"
 
 
 class ClientStage(str, Enum):
@@ -116,14 +119,16 @@ class ClientMachine:
 
     def _check_header(self, msg: Message) -> ProtocolConfig:
         cfg = self.config
-        if cfg is None:
+        if cfg is None or self.stage == ClientStage.NEW:
             raise RemoteProtocolError(
-                "no configuration yet: expected a KeyRequest first", sender=SERVER
+                f"{NEEDS_KEYS}: this silo has no keys for the run (a restarted node?); the "
+                "server must run the key exchange with it first",
+                sender=SERVER,
             )
         if msg.digest != cfg.digest:
             raise RemoteProtocolError(
-                "message is for another configuration (digest mismatch): the server and this "
-                "silo disagree on the protocol settings",
+                f"{NEEDS_KEYS}: message is for another configuration or session (digest "
+                "mismatch): this silo missed the key exchange of the server's session",
                 sender=SERVER,
             )
         if msg.recipient != self.silo:
@@ -183,10 +188,10 @@ class ClientMachine:
     # ------------------------------------------------------------------ 2. train + upload
     def on_train_request(self, msg: TrainRequest) -> TrainTask:
         """Accept round ``msg.round``; return what to train."""
+        cfg = self._check_header(msg)
         self._require(
             ClientStage.KEYED, ClientStage.TRAINING, ClientStage.UPLOADED, ClientStage.RECOVERED
         )
-        cfg = self._check_header(msg)
         if msg.round <= self.round:
             raise RemoteProtocolError(
                 f"TrainRequest for round {msg.round} replays or precedes round {self.round}",
@@ -278,8 +283,8 @@ class ClientMachine:
     # ------------------------------------------------------------------ 3. recovery
     def on_recovery_request(self, msg: RecoveryRequest) -> RecoveryReply:
         """Check the requested weights against the public code and return the share sums."""
-        self._require(ClientStage.TRAINING, ClientStage.UPLOADED, ClientStage.RECOVERED)
         cfg = self._check_header(msg)
+        self._require(ClientStage.TRAINING, ClientStage.UPLOADED, ClientStage.RECOVERED)
         if msg.round != self.round:
             raise RemoteProtocolError(
                 f"RecoveryRequest for round {msg.round}, but the current round is {self.round}",

@@ -165,6 +165,11 @@ class ServerMachine:
         check_public_key(msg.public_key, sender=msg.sender)
         self._pending_keys[msg.sender] = bytes(msg.public_key)
 
+    @property
+    def keys_received(self) -> int:
+        """Key replies accepted in the key exchange under way."""
+        return len(self._pending_keys)
+
     def close_key_exchange(self) -> tuple[int, ...]:
         """Fix the roster (new keys replace old ones); returns the silos that did not answer.
 

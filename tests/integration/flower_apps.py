@@ -76,11 +76,19 @@ def _csv(config: Any, key: str) -> set[int]:
 
 
 def fault_mod(msg: Message, context: Context, call_next):  # type: ignore[no-untyped-def]
-    """Test faults, keyed by site (the node's own partition-id, before coded_secagg_mod)."""
+    """Test faults, keyed by site (the node's own partition-id, before coded_secagg_mod):
+    ``test-fail-sites`` raise; ``test-reset-sites`` lose their node state in round
+    ``test-reset-round`` (a restarted node)."""
     if msg.metadata.message_type.startswith("train") and "config" in msg.content:
         site = int(context.node_config["partition-id"])
-        if site in _csv(msg.content["config"], "test-fail-sites"):
+        conf = msg.content["config"]
+        if site in _csv(conf, "test-fail-sites"):
             raise RuntimeError(f"site {site} failed (test fault)")
+        if site in _csv(conf, "test-reset-sites") and int(conf["server-round"]) == int(
+            conf.get("test-reset-round", -1)
+        ):
+            for key in list(context.state.keys()):  # the node restarted: its state is gone
+                del context.state[key]
     return call_next(msg, context)
 
 

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from coded_fl.errors import LocalProtocolError, RemoteProtocolError
 from coded_fl.secagg import ProtocolConfig, ServerStage
-from coded_fl.secagg.client import ClientMachine
+from coded_fl.secagg.client import NEEDS_KEYS, ClientMachine
 from coded_fl.secagg.harness import Harness, deterministic_entropy
 from coded_fl.secagg.messages import (
     KeyReply,
@@ -198,10 +198,13 @@ def test_client_refuses_forged_weights_replays_and_second_recovery():
 def test_client_refuses_requests_before_keys_and_local_misuse():
     _, samples = drive("recovering")
     c = ClientMachine(entropy=deterministic_entropy(1))
-    with pytest.raises(LocalProtocolError):
+    # a silo without keys (e.g. restarted) says so, so that the server rekeys it
+    with pytest.raises(RemoteProtocolError, match=NEEDS_KEYS):
         c.on_train_request(samples["train"])
-    with pytest.raises(LocalProtocolError):
+    with pytest.raises(RemoteProtocolError, match=NEEDS_KEYS):
         c.on_recovery_request(samples["recovery_request"])
+    with pytest.raises(LocalProtocolError):
+        c.upload(None, [])  # type: ignore[arg-type]
 
 
 def test_client_state_round_trips_and_holds_no_key_in_repr():
