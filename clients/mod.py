@@ -39,6 +39,7 @@ from coded_fl.errors import ConfigurationError, InputError, RemoteProtocolError
 from coded_fl.kernels import warm_up
 from coded_fl.secagg.client import ClientMachine, TrainTask
 from coded_fl.secagg.messages import KeyRequest, RecoveryRequest, TrainRequest
+from coded_fl.secagg.messages import Message as ProtocolMessage
 from strategies.records import (
     INFO_KEY,
     MSG_KEY,
@@ -66,10 +67,12 @@ def partition_seed(run_id: str, server_round: int, partition: int) -> int:
 
 
 def _load(context: Context) -> ClientMachine:
-    rec = context.state.get(STATE_KEY)
-    if rec is None:
+    if STATE_KEY not in context.state.config_records:
         return ClientMachine()
-    return ClientMachine.from_bytes(rec["state"])  # type: ignore[index,arg-type]
+    raw = context.state.config_records[STATE_KEY].get("state")
+    if not isinstance(raw, bytes):
+        raise ConfigurationError(f"context.state['{STATE_KEY}'] was overwritten by other code")
+    return ClientMachine.from_bytes(raw)
 
 
 def _save(context: Context, machine: ClientMachine) -> None:
@@ -88,6 +91,7 @@ def coded_secagg_mod(msg: Message, context: Context, call_next: ClientAppCallabl
         )
     machine = _load(context)
     info: dict[str, float] = {}
+    reply: ProtocolMessage
     if isinstance(proto, KeyRequest):
         reply = machine.on_key_request(proto)
         warm_up()  # compile/load the kernels now, not during round 1
@@ -145,7 +149,7 @@ def _train_partitions(
             # the user's function sees an ordinary train message: no coded-fl records
             sub = RecordDict({n: r for n, r in original.items() if not n.startswith("codedfl.")})
             if spec.config_key in sub:
-                conf = ConfigRecord(dict(sub[spec.config_key].items()))  # type: ignore[union-attr]
+                conf = ConfigRecord(dict(sub.config_records[spec.config_key].items()))
             else:
                 conf = ConfigRecord()
             conf["codedfl.partition"] = k
@@ -160,7 +164,7 @@ def _train_partitions(
                 run_config=context.run_config,
             )
             reply = call_next(msg, sub_ctx)
-            partials.append(_partial(reply, model, theta, spec, c, k))  # type: ignore[arg-type]
+            partials.append(_partial(reply, model, theta, spec, c, k))
     finally:
         msg.content = original
     return partials

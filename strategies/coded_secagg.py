@@ -355,22 +355,14 @@ class CodedSecAgg(Strategy):
             if ev is not None:
                 result.evaluate_metrics_clientapp[r] = ev
                 report.metrics.update(
-                    {
-                        f"eval_{k}": float(v)
-                        for k, v in ev.items()  # type: ignore[arg-type]
-                        if isinstance(v, (int, float))
-                    }
+                    {f"eval_{k}": float(v) for k, v in ev.items() if isinstance(v, (int, float))}
                 )
             if evaluate_fn:
                 res = evaluate_fn(r, arrays)
                 if res is not None:
                     result.evaluate_metrics_serverapp[r] = res
                     report.metrics.update(
-                        {
-                            k: float(v)
-                            for k, v in res.items()  # type: ignore[arg-type]
-                            if isinstance(v, (int, float))
-                        }
+                        {k: float(v) for k, v in res.items() if isinstance(v, (int, float))}
                     )
             self.reports.append(report)
             self.progress(report)
@@ -420,8 +412,7 @@ class CodedSecAgg(Strategy):
     ) -> None:
         errors: dict[int, str] = {}
         msgs = [
-            self._flower(node_of[req.recipient], req)
-            for req in machine.start_key_exchange(silos)
+            self._flower(node_of[req.recipient], req) for req in machine.start_key_exchange(silos)
         ]
         ids = ex.push(msgs, stage="keys", round_=0)
 
@@ -442,9 +433,7 @@ class CodedSecAgg(Strategy):
                 if errors
                 else ""
             )
-            raise ConfigurationError(
-                f"{exc}. Replies: {detail or 'none in time'}.{hint}"
-            ) from None
+            raise ConfigurationError(f"{exc}. Replies: {detail or 'none in time'}.{hint}") from None
         if missing:
             LOG.warning(
                 "[coded-fl] key exchange: no key from silo(s) %s: %s",
@@ -551,7 +540,9 @@ class CodedSecAgg(Strategy):
         new = unflatten(flatten(arrays) + avg_delta, arrays)
         report.total_weight = rho_sum * self.spec.max_weight
         report.clipped_fraction = float(total[d_model + 1]) / c / rho_sum
-        metrics = {self.spec.weight_key: report.total_weight}
+        metrics: dict[str, int | float | list[int] | list[float]] = {
+            self.spec.weight_key: report.total_weight
+        }
         for j, name in enumerate(self.spec.metric_keys):
             metrics[name] = float(total[d_model + 2 + j]) * METRIC_BOUND / c / rho_sum
         reply = Message(
@@ -562,7 +553,9 @@ class CodedSecAgg(Strategy):
         report.ok = True
         report.arrays = agg_arrays
         report.train_metrics = agg_metrics
-        report.metrics.update({k: v for k, v in metrics.items() if k != self.spec.weight_key})
+        report.metrics.update(
+            {k: float(v) for k, v in metrics.items() if k != self.spec.weight_key}  # type: ignore[arg-type]
+        )
         report.seconds = time.monotonic() - t0
         return report
 
@@ -594,11 +587,12 @@ class CodedSecAgg(Strategy):
             return None
         replies: list[Message] = []
         ids = ex.push(msgs, stage="evaluate", round_=r)
-        ex.collect(
-            ids,
-            lambda node, reply: bool(replies.append(reply)),
-            deadline=self._deadline(self.evaluate_timeout),
-        )
+
+        def keep(node: int, reply: Message) -> bool:
+            replies.append(reply)
+            return False  # evaluation waits for every sampled node or its deadline
+
+        ex.collect(ids, keep, deadline=self._deadline(self.evaluate_timeout))
         return self.strategy.aggregate_evaluate(r, replies)
 
     # ------------------------------------------------------------------ helpers
@@ -617,7 +611,7 @@ class CodedSecAgg(Strategy):
     ) -> None:
         """Hand a reply to the machine; a silo that errors or misbehaves counts as a straggler."""
         if reply.has_error():
-            errors[silo] = reply.error.reason
+            errors[silo] = str(reply.error.reason)
             return
         try:
             msg = message_from(reply.content)

@@ -27,14 +27,14 @@ class RosterGrid(Grid):
         self._grid.set_run(run_id)  # type: ignore[arg-type]
 
     @property
-    def run(self):  # type: ignore[no-untyped-def]
+    def run(self):
         return self._grid.run
 
     def create_message(
         self,
         content: RecordDict,
         message_type: str,
-        dst_node_id: int,  # type: ignore[override]
+        dst_node_id: int,
         group_id: str,
         ttl: float | None = None,
     ) -> Message:
@@ -43,7 +43,7 @@ class RosterGrid(Grid):
     def get_node_ids(self) -> Iterable[int]:
         return list(self._nodes)
 
-    def get_nodes(self):  # type: ignore[no-untyped-def]
+    def get_nodes(self):
         wanted = set(self._nodes)
         return [n for n in self._grid.get_nodes() if getattr(n, "node_id", None) in wanted]
 
