@@ -277,6 +277,30 @@ def account(
         )
 
 
+def _round(
+    x: torch.Tensor,
+    config: QuantizationConfig,
+    key: RoundingKey,
+    offset: int,
+    stats: QuantizationStats | None,
+    *,
+    lift: bool,
+) -> torch.Tensor:
+    x = prepare(x, config)
+    c, s = float(config.clip_range), float(config.scale)
+    if x.device.type != "cpu":
+        account(count_values(x, config), x.numel(), config, stats)
+        q = _tk.stochastic_round(x, c, s, key.k0, key.k1, offset)
+        return _tk.from_signed(q, config.p) if lift else q
+    out = torch.empty(x.shape, dtype=torch.uint32 if lift else torch.int64)
+    p = config.p if lift else 0  # the kernel writes signed integers for p = 0
+    counts = _cpu.stochastic_round(
+        x.reshape(-1).numpy(), out.reshape(-1).numpy(), c, s, key.k0, key.k1, offset, p
+    )
+    account(counts, x.numel(), config, stats)
+    return out
+
+
 def stochastic_round(
     x: torch.Tensor,
     config: QuantizationConfig,
@@ -290,17 +314,7 @@ def stochastic_round(
     ``offset`` is the index of ``x[0]`` in the whole vector, so that a vector quantized in
     chunks gets the same result as in one piece.
     """
-    x = prepare(x, config)
-    c, s = float(config.clip_range), float(config.scale)
-    if x.device.type != "cpu":
-        account(count_values(x, config), x.numel(), config, stats)
-        return _tk.stochastic_round(x, c, s, key.k0, key.k1, offset)
-    out = torch.empty(x.shape, dtype=torch.int64)
-    counts = _cpu.stochastic_round(
-        x.reshape(-1).numpy(), out.reshape(-1).numpy(), c, s, key.k0, key.k1, offset
-    )
-    account(counts, x.numel(), config, stats)
-    return out
+    return _round(x, config, key, offset, stats, lift=False)
 
 
 def quantize(
@@ -312,18 +326,7 @@ def quantize(
     stats: QuantizationStats | None = None,
 ) -> torch.Tensor:
     """Clip, scale, stochastically round and lift into GF(p), fused: a ``uint32`` tensor."""
-    x = prepare(x, config)
-    c, s = float(config.clip_range), float(config.scale)
-    if x.device.type != "cpu":
-        account(count_values(x, config), x.numel(), config, stats)
-        q = _tk.stochastic_round(x, c, s, key.k0, key.k1, offset)
-        return _tk.from_signed(q, config.p)
-    out = torch.empty(x.shape, dtype=torch.uint32)
-    counts = _cpu.quantize(
-        x.reshape(-1).numpy(), out.reshape(-1).numpy(), c, s, key.k0, key.k1, offset, config.p
-    )
-    account(counts, x.numel(), config, stats)
-    return out
+    return _round(x, config, key, offset, stats, lift=True)
 
 
 def dequantize(

@@ -398,29 +398,13 @@ def _counts(v, clip):
 
 
 @njit(cache=True)
-def stochastic_round(x, out, clip, scale, k0, k1, offset):
-    """out[i] = SR(clip(x[i]) * scale) as signed int64, randomness keyed at index offset + i.
+def stochastic_round(x, out, clip, scale, k0, k1, offset, p):
+    """out[i] = SR(clip(x[i]) * scale), the randomness keyed at index offset + i.
 
-    Returns (NaN/Inf count, count of |x| > clip, Inf included); a NaN's output is meaningless.
+    With ``p == 0`` the signed integers are written (``out`` int64); otherwise they are lifted
+    into GF(p) (``out`` uint32): the fused quantizer. Returns (NaN/Inf count, count of
+    |x| > clip, Inf included); a NaN's output is meaningless.
     """
-    uk0 = np.uint32(k0)
-    uk1 = np.uint32(k1)
-    nonfinite = 0
-    beyond = 0
-    for i in range(x.size):
-        v = np.float64(x[i])
-        nf, bc = _counts(v, clip)
-        nonfinite += nf
-        beyond += bc
-        out[i] = np.int64(_round_one(v, offset + i, clip, scale, uk0, uk1))
-    return nonfinite, beyond
-
-
-@njit(cache=True)
-def quantize(x, out, clip, scale, k0, k1, offset, p):
-    """Fused clip, scale, stochastic rounding and lift into GF(p) (uint32).
-
-    Returns (NaN/Inf count, count of |x| > clip, Inf included)."""
     uk0 = np.uint32(k0)
     uk1 = np.uint32(k1)
     ip = np.int64(p)

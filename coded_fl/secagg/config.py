@@ -193,7 +193,8 @@ class ProtocolConfig:
             "code": self.gradient_code.kind,
             "extra_replies": self.extra_replies,
             "p": self.p,
-            "run_id": self.run_id, "session": self.session,
+            "run_id": self.run_id,
+            "session": self.session,
             "nonfinite": self.nonfinite,
             "headroom_bits": self.headroom_bits,
         }
