@@ -8,16 +8,31 @@ Modules, bottom up: :mod:`~coded_fl.shuffling.theory` (load formulas, lower boun
 :mod:`~coded_fl.shuffling.session` (sans-IO sender, silo and relay state machines, AES-GCM),
 :mod:`~coded_fl.shuffling.store` (a silo's atomic on-disk unit store),
 :mod:`~coded_fl.shuffling.harness` (K silos in memory).
+The transport through an untrusted relay: :mod:`~coded_fl.shuffling.groupkey` (the epoch's
+group key from the project's key agreement), :mod:`~coded_fl.shuffling.wire` (public job,
+packets), :mod:`~coded_fl.shuffling.member` (a silo's or the sender's machine),
+:mod:`~coded_fl.shuffling.coordinator` (the relay's machine, results),
+:mod:`~coded_fl.shuffling.loopback` (both in one process).
 """
 
 from coded_fl.shuffling.codec import SegmentBuffer, cached_subfiles, decode, encode
+from coded_fl.shuffling.coordinator import (
+    RelayCoordinator,
+    ShuffleResult,
+    SiloOutcome,
+    relay_plan,
+)
+from coded_fl.shuffling.groupkey import Roster, derive_key, make_group_key, open_group_key
 from coded_fl.shuffling.harness import (
     ShuffleOutcome,
+    commit_delivery,
     install_silo,
     load_silo,
     silo_buffer,
     simulate,
 )
+from coded_fl.shuffling.loopback import run_loopback
+from coded_fl.shuffling.member import ShuffleMember
 from coded_fl.shuffling.placement import (
     Assignment,
     assignment_from_support,
@@ -45,6 +60,7 @@ from coded_fl.shuffling.theory import (
     worst_case_loads,
 )
 from coded_fl.shuffling.units import Layout, UnitId, UnitManifest, UnitSpec, digest
+from coded_fl.shuffling.wire import ShuffleJob
 
 __all__ = [
     "CENTRAL",
@@ -52,12 +68,18 @@ __all__ = [
     "DeliveryReport",
     "Layout",
     "Mode",
+    "RelayCoordinator",
     "RelaySession",
+    "Roster",
     "SegmentBuffer",
     "SenderSession",
+    "ShuffleJob",
+    "ShuffleMember",
     "ShuffleMessage",
     "ShuffleOutcome",
     "ShufflePlan",
+    "ShuffleResult",
+    "SiloOutcome",
     "SiloSession",
     "UnitId",
     "UnitManifest",
@@ -69,15 +91,21 @@ __all__ = [
     "centralized_load",
     "centralized_lower_bound",
     "check_storage",
+    "commit_delivery",
     "cyclic_assignment",
     "decentralized_load",
     "decode",
+    "derive_key",
     "digest",
     "encode",
     "install_silo",
     "largest_level",
     "load_silo",
+    "make_group_key",
+    "open_group_key",
     "plan_shuffle",
+    "relay_plan",
+    "run_loopback",
     "shifted_assignment",
     "silo_buffer",
     "simulate",

@@ -26,7 +26,14 @@ from coded_fl.shuffling.session import (
 from coded_fl.shuffling.store import UnitStore
 from coded_fl.shuffling.units import UnitId, UnitManifest
 
-__all__ = ["ShuffleOutcome", "install_silo", "load_silo", "silo_buffer", "simulate"]
+__all__ = [
+    "ShuffleOutcome",
+    "commit_delivery",
+    "install_silo",
+    "load_silo",
+    "silo_buffer",
+    "simulate",
+]
 
 
 @dataclass(frozen=True)
@@ -68,7 +75,7 @@ def install_silo(
         if subs.size:
             padded = plan.layout.pad(data[spec.unit_id]).reshape(plan.layout.n_subfiles, -1)
             cache[spec.unit_id] = padded[subs].tobytes()
-    store.commit(add=add, cache=cache, epoch=epoch)
+    store.commit(add=add, cache=cache, epoch=epoch, known=plan.manifest.specs)
 
 
 def load_silo(plan: ShufflePlan, silo: int, store: UnitStore) -> SegmentBuffer:
@@ -83,6 +90,35 @@ def load_silo(plan: ShufflePlan, silo: int, store: UnitStore) -> SegmentBuffer:
             raw = np.frombuffer(store.read_cache(unit_id), dtype=np.uint8)
             buf.put_cache(n, silo=silo, plan=plan, subfiles=raw)
     return buf
+
+
+def commit_delivery(
+    plan: ShufflePlan,
+    store: UnitStore,
+    units: Mapping[UnitId, bytes],
+    report: DeliveryReport,
+    *,
+    epoch: int,
+) -> None:
+    """Commit what silo ``report.silo`` received, in one atomic manifest switch.
+
+    Every verified unit is added and the plan's unit specs are recorded as known. Only when
+    the report is complete are the units the silo gives up dropped and the store's epoch set
+    to ``epoch``; otherwise the silo keeps its old units and epoch (plus the complete, verified
+    new units), so its store stays consistent and the report says what is missing.
+    """
+    k = report.silo
+    gone = [
+        plan.manifest.ids[n]
+        for n in range(len(plan.manifest))
+        if k in plan.holders[n] and k not in plan.target[n]
+    ]
+    store.commit(
+        add={plan.manifest.spec(u): b for u, b in units.items()},
+        drop=gone if report.complete else (),
+        epoch=epoch if report.complete else None,
+        known=plan.manifest.specs,
+    )
 
 
 def simulate(
@@ -153,16 +189,6 @@ def simulate(
         for k, (s, rep) in enumerate(zip(silos, reports, strict=True)):
             if k in drop:
                 continue  # gone: commits nothing, keeps the previous epoch
-            got = s.units()
-            gone = [
-                plan.manifest.ids[n]
-                for n in range(len(manifest))
-                if k in plan.holders[n] and k not in plan.target[n]
-            ]
-            stores[k].commit(
-                add={manifest.spec(u): b for u, b in got.items()},
-                drop=gone if rep.complete else (),
-                epoch=epoch if rep.complete else None,
-            )
+            commit_delivery(plan, stores[k], s.units(), rep, epoch=epoch)
     received = tuple(s.units() for s in silos)
     return ShuffleOutcome(plan, reports, received, relayed, payload, wire, tuple(refused))

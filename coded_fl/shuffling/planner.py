@@ -188,7 +188,9 @@ def plan_shuffle(
         for k in range(K)
     )
     pieces = t if (mode == "decentralized" and t >= 1) else 1
-    layout = Layout.for_manifest(manifest, n_subfiles=comb(K, t), n_pieces=pieces)
+    layout = Layout.for_manifest(
+        manifest, n_subfiles=comb(K, t), n_pieces=pieces, subfile_align=max(t, 1)
+    )
     if mode == "decentralized" and t == 0:
         lost = sorted({manifest.ids[n] for nk in needs for n in nk if not holders[n]}, key=repr)
         if lost:

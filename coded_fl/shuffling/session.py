@@ -15,7 +15,7 @@ from the same inputs (manifest, current and next assignment, K, t, mode) and che
    received, the units that could not be (and the messages and senders they waited for).
 
 Messages are frozen :class:`ShuffleMessage` records. With a 32-byte ``group_key`` (shared by the
-organisation's silos; derived by the key-agreement layer, only accepted here) each payload is
+organisation's silos; agreed per epoch in :mod:`~coded_fl.shuffling.groupkey`) each payload is
 sealed with AES-256-GCM under a fresh random 96-bit nonce, with associated data binding the plan,
 epoch, message index and sender: a corrupted, replayed (other epoch or plan) or re-routed (other
 index or sender) message fails authentication and is refused with

@@ -8,6 +8,11 @@ Layout under ``root``::
                          manifest names it
     cache/<name>-<h>.bin the cached subfiles of a unit (concatenated in subfile order)
 
+The manifest also lists the units' specs the silo *knows* (length and SHA-256 of every unit of
+the organisation it was told about by a verified placement or shuffle, held or not): with them a
+silo can vouch for a unit it only caches, so a later decentralized shuffle can deliver a unit
+that no silo holds in full any more.
+
 A unit becomes visible only when the manifest that names it is in place, and that happens only
 after its file is complete and its hash checked; a crash or a dropped delivery in between leaves
 the previous manifest, so readers see the old, consistent set of units. Files the manifest does
@@ -78,7 +83,7 @@ class UnitStore:
     # -- manifest ----------------------------------------------------------------------------
     def _read_manifest(self) -> dict[str, Any]:
         if not self._manifest_path.exists():
-            return {"version": _VERSION, "epoch": None, "units": [], "cache": []}
+            return {"version": _VERSION, "epoch": None, "units": [], "cache": [], "known": []}
         return json.loads(self._manifest_path.read_text())
 
     @staticmethod
@@ -97,15 +102,28 @@ class UnitStore:
         """The units this silo holds in full (as of the last commit)."""
         return tuple(e["id"] for e in self._read_manifest()["units"])
 
+    def spec(self, unit_id: UnitId) -> UnitSpec:
+        """The length and SHA-256 the manifest records for a unit held in full (InputError if
+        the store does not hold it)."""
+        for e in self._read_manifest()["units"]:
+            if e["id"] == unit_id:
+                return self._spec(e)
+        raise InputError(f"unit {unit_id!r} is not in this store")
+
+    def known_specs(self) -> dict[UnitId, UnitSpec]:
+        """The specs of every unit this silo knows: the ones it was told about, and the ones
+        it holds (a held unit's own spec wins)."""
+        man = self._read_manifest()
+        out = {e["id"]: self._spec(e) for e in man.get("known", [])}
+        out.update({e["id"]: self._spec(e) for e in man["units"]})
+        return out
+
     def cached(self) -> tuple[UnitId, ...]:
         return tuple(e["id"] for e in self._read_manifest()["cache"])
 
     def unit_path(self, unit_id: UnitId) -> Path:
         """Where the training code may read a unit the manifest names (raw bytes)."""
-        for e in self._read_manifest()["units"]:
-            if e["id"] == unit_id:
-                return _file(self.root, "units", unit_id, bytes.fromhex(e["sha256"]))
-        raise InputError(f"unit {unit_id!r} is not in this store")
+        return _file(self.root, "units", unit_id, self.spec(unit_id).sha256)
 
     # -- reads -------------------------------------------------------------------------------
     def _read_checked(self, kind: str, entries: list[dict[str, Any]], unit_id: UnitId) -> bytes:
@@ -140,8 +158,10 @@ class UnitStore:
         drop: Iterable[UnitId] = (),
         cache: Mapping[UnitId, bytes] | None = None,
         epoch: int | None = None,
+        known: Iterable[UnitSpec] = (),
     ) -> None:
-        """Add verified units, drop units, set caches, in one atomic manifest switch.
+        """Add verified units, drop units, set caches, record known specs, in one atomic
+        manifest switch.
 
         Every added unit is checked against its spec first (InputError naming it if not equal),
         its file written and synced, and only then the new manifest replaces the old one.
@@ -163,11 +183,14 @@ class UnitStore:
         caches = {e["id"]: e for e in man["cache"]}
         for unit_id, data in (cache or {}).items():
             caches[unit_id] = self._entry(UnitSpec(unit_id, len(data), digest(data)))
+        knows = {e["id"]: e for e in man.get("known", [])}
+        knows.update({spec.unit_id: self._entry(spec) for spec in known})
         new = {
             "version": _VERSION,
             "epoch": man["epoch"] if epoch is None else epoch,
             "units": sorted(units, key=lambda e: repr(e["id"])),
             "cache": sorted(caches.values(), key=lambda e: repr(e["id"])),
+            "known": sorted(knows.values(), key=lambda e: repr(e["id"])),
         }
         _atomic_write(self._manifest_path, (json.dumps(new, indent=1) + "\n").encode())
         self._dir_sync()

@@ -17,6 +17,7 @@ True
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
@@ -124,11 +125,23 @@ class Layout:
             raise ConfigurationError("n_subfiles, n_pieces and piece_size must all be >= 1")
 
     @classmethod
-    def for_manifest(cls, manifest: UnitManifest, *, n_subfiles: int, n_pieces: int) -> Layout:
-        """The smallest layout that fits the longest unit (at least one byte per piece)."""
+    def for_manifest(
+        cls, manifest: UnitManifest, *, n_subfiles: int, n_pieces: int, subfile_align: int = 1
+    ) -> Layout:
+        """The smallest layout that fits the longest unit (at least one byte per piece) whose
+        subfile size is a multiple of ``subfile_align`` (and of ``n_pieces``).
+
+        The planner aligns subfiles to t, so the centralized (1 piece) and decentralized
+        (t pieces) layouts of the same units at the same level cut the units at the same
+        places: a silo's cache serves both settings.
+        """
+        if n_subfiles < 1 or n_pieces < 1 or subfile_align < 1:
+            raise ConfigurationError("n_subfiles, n_pieces and subfile_align must all be >= 1")
         longest = max((s.length for s in manifest), default=0)
-        per = n_subfiles * n_pieces
-        return cls(n_subfiles, n_pieces, max(1, -(-longest // per)))
+        step = math.lcm(n_pieces, subfile_align)
+        subfile = max(1, -(-longest // n_subfiles))
+        subfile = -(-subfile // step) * step
+        return cls(n_subfiles, n_pieces, subfile // n_pieces)
 
     @property
     def subfile_size(self) -> int:

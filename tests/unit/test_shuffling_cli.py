@@ -29,3 +29,8 @@ def test_cli_reads_units_from_a_directory(tmp_path, capsys):
     assert "q(K-t)/(t+1) = 2" in capsys.readouterr().out
     with pytest.raises(SystemExit, match="has 6 files"):
         main(["-K", "3", "-N", "9", "-t", "1", "--data", str(tmp_path)])
+
+
+def test_cli_flower_always_encrypts():
+    with pytest.raises(SystemExit):
+        main(["--flower", "--no-key"])

@@ -1,0 +1,283 @@
+"""The organisation's group key for one shuffle epoch, agreed through an untrusted relay.
+
+Construction (the project's key agreement, :mod:`coded_fl.secagg.keys`, used as in secure
+aggregation):
+
+1. Every member of the epoch (the K silos, plus the central sender in the centralized setting)
+   makes a fresh X25519 :class:`~coded_fl.secagg.keys.KeyPair` and sends its public key to the
+   relay, optionally with a tag ``HMAC-SHA256(org_key, run, epoch, member, public key)``
+   (:func:`key_tag`) when the organisation's members share an ``org_key`` out of band.
+2. The relay hands every member the same :class:`Roster` (all public keys and tags).
+   Each member checks it (:func:`check_roster`): its own key is there, every key is a valid
+   X25519 point, every member belongs to the epoch, and, with an ``org_key``, every tag.
+3. The *leader*, the lowest member of the roster, draws a fresh 32-byte group key from the OS
+   CSPRNG and seals it for every other member under their pairwise key
+   (:func:`~coded_fl.secagg.keys.pairwise_key`: HKDF over the X25519 secret, bound to the run
+   and the pair) with AES-256-GCM (:func:`~coded_fl.secagg.keys.seal`), the associated data
+   naming the run, the epoch, leader, recipient and :meth:`Roster.transcript`, a hash of the
+   whole roster (:func:`make_group_key`). The relay forwards each box to its member, who opens
+   it (:func:`open_group_key`).
+4. Keys for the epoch's payloads are derived from the group key with HKDF, one per purpose and
+   bound to run and epoch (:func:`derive_key`): the coded messages, the sealed unit manifest.
+
+Who reads what: the relay sees public keys, tags, the boxes (ciphertext) and who is a member; it
+never holds a private key, a pairwise key, the group key or anything derived from them. Every
+member of the roster learns the group key. A member that was not in the roster (it did not
+answer in time) learns nothing of this epoch. Fresh keys every epoch: a past or future epoch's
+messages do not open under this epoch's keys.
+
+Trust in the relay: without an ``org_key`` the relay is trusted to pass public keys unchanged
+(honest but curious, the threat model of the secure aggregation in ``docs/protocol.md``): an
+active relay that replaced a member's public key by its own would be sent the group key. With an
+``org_key`` (a secret of the organisation, never sent) such a substitution fails the tag check at
+every member, so even an active relay cannot obtain the group key; it can still drop or delay
+messages (denial of service), which the deadlines and reports handle.
+
+Nonces: :func:`~coded_fl.secagg.keys.seal` derives its nonce from the associated data, so a
+leader must seal one group key per (epoch, roster) at most: its caller keeps the boxes it made
+and hands the same ones out again if asked twice (:class:`~coded_fl.shuffling.member.ShuffleMember`
+does).
+
+>>> import os
+>>> from coded_fl.secagg.keys import KeyPair
+>>> kp = {m: KeyPair.generate() for m in (0, 1, 4)}
+>>> roster = Roster.of("run-1", 3, {m: k.public_bytes for m, k in kp.items()})
+>>> gk, boxes = make_group_key(kp[0], roster, me=0)
+>>> sorted(boxes), open_group_key(kp[4], roster, me=4, box=boxes[4]) == gk
+([1, 4], True)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+import struct
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass
+
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+from coded_fl.errors import InputError, LocalProtocolError, RemoteProtocolError
+from coded_fl.prg import fresh_seed
+from coded_fl.secagg.keys import (
+    KEY_BYTES,
+    KeyPair,
+    check_public_key,
+    open_sealed,
+    pairwise_key,
+    seal,
+)
+
+__all__ = [
+    "GROUP_KEY_PURPOSE",
+    "Roster",
+    "RosterEntry",
+    "check_roster",
+    "derive_key",
+    "key_tag",
+    "make_group_key",
+    "open_group_key",
+]
+
+GROUP_KEY_PURPOSE = b"codedfl-shuffle-group-key"
+_TAG_DOMAIN = b"codedfl-shuffle-key-tag-v1"
+_ROSTER_DOMAIN = b"codedfl-shuffle-roster-v1"
+_KDF_INFO = b"codedfl-shuffle-v1/"
+_MAX_MEMBER = 2**32 - 1
+
+
+def _check_epoch(epoch: int) -> None:
+    if not isinstance(epoch, int) or not 0 <= epoch < 2**63:
+        raise InputError(f"epoch must be an integer in [0, 2**63), got {epoch!r}")
+
+
+@dataclass(frozen=True)
+class RosterEntry:
+    """One member's public key for the epoch (``tag``: its organisation tag, or empty)."""
+
+    member: int
+    public_key: bytes
+    tag: bytes = b""
+
+    def __repr__(self) -> str:
+        return f"RosterEntry(member={self.member}, public={self.public_key.hex()[:16]}...)"
+
+
+@dataclass(frozen=True)
+class Roster:
+    """The public keys of an epoch's members, sorted by member id (what the relay hands out)."""
+
+    run_id: str
+    epoch: int
+    entries: tuple[RosterEntry, ...]
+
+    def __post_init__(self) -> None:
+        _check_epoch(self.epoch)
+        members = [e.member for e in self.entries]
+        if not members:
+            raise InputError("a roster needs at least one member")
+        if members != sorted(set(members)):
+            raise InputError("roster members must be distinct and sorted")
+        if not all(isinstance(m, int) and 0 <= m <= _MAX_MEMBER for m in members):
+            raise InputError("member ids must be integers in [0, 2**32)")
+
+    @classmethod
+    def of(
+        cls,
+        run_id: str,
+        epoch: int,
+        keys: Mapping[int, bytes],
+        tags: Mapping[int, bytes] | None = None,
+    ) -> Roster:
+        """A roster from member -> public key (and member -> tag)."""
+        tags = tags or {}
+        return cls(
+            run_id,
+            epoch,
+            tuple(RosterEntry(m, bytes(keys[m]), bytes(tags.get(m, b""))) for m in sorted(keys)),
+        )
+
+    @property
+    def members(self) -> tuple[int, ...]:
+        return tuple(e.member for e in self.entries)
+
+    @property
+    def leader(self) -> int:
+        """The member that draws and distributes the group key: the lowest id."""
+        return self.entries[0].member
+
+    def public_key(self, member: int) -> bytes:
+        for e in self.entries:
+            if e.member == member:
+                return e.public_key
+        raise RemoteProtocolError(f"member {member} is not in the roster")
+
+    def transcript(self) -> bytes:
+        """SHA-256 of everything in the roster: members that open the group key agree on it."""
+        h = hashlib.sha256(_ROSTER_DOMAIN)
+        run = self.run_id.encode()
+        h.update(struct.pack("<QI", self.epoch, len(run)) + run)
+        for e in self.entries:
+            h.update(struct.pack("<III", e.member, len(e.public_key), len(e.tag)))
+            h.update(e.public_key + e.tag)
+        return h.digest()
+
+
+def key_tag(org_key: bytes, *, run_id: str, epoch: int, member: int, public_key: bytes) -> bytes:
+    """HMAC-SHA256 by which the organisation vouches for a member's public key of the epoch."""
+    if not isinstance(org_key, bytes) or len(org_key) < 16:
+        raise InputError("the organisation key must be at least 16 bytes")
+    _check_epoch(epoch)
+    run = run_id.encode()
+    msg = _TAG_DOMAIN + struct.pack("<QII", epoch, member, len(run)) + run + public_key
+    return hmac.new(org_key, msg, hashlib.sha256).digest()
+
+
+def check_roster(
+    roster: Roster,
+    *,
+    run_id: str,
+    epoch: int,
+    me: int,
+    my_public_key: bytes,
+    allowed: Collection[int],
+    org_key: bytes | None = None,
+) -> None:
+    """Refuse a roster that is for another epoch, lacks this member's key, names a member
+    outside ``allowed``, carries an invalid X25519 key, or (with ``org_key``) a bad tag."""
+    if roster.run_id != run_id or roster.epoch != epoch:
+        raise RemoteProtocolError(
+            f"roster is for run {roster.run_id!r} epoch {roster.epoch}, "
+            f"expected run {run_id!r} epoch {epoch}"
+        )
+    stray = [m for m in roster.members if m not in allowed]
+    if stray:
+        raise RemoteProtocolError(f"roster names members {stray} that are not in this epoch")
+    if me not in roster.members or roster.public_key(me) != my_public_key:
+        raise RemoteProtocolError(f"roster does not carry member {me}'s own public key")
+    for e in roster.entries:
+        check_public_key(e.public_key, sender=e.member)
+        if org_key is not None:
+            want = key_tag(
+                org_key, run_id=run_id, epoch=epoch, member=e.member, public_key=e.public_key
+            )
+            if not hmac.compare_digest(want, e.tag):
+                raise RemoteProtocolError(
+                    "public key is not vouched for by the organisation key (substituted on the "
+                    "way, or the member has another organisation key)",
+                    sender=e.member,
+                )
+
+
+def _pair(keys: KeyPair, roster: Roster, me: int, peer: int) -> bytes:
+    return pairwise_key(
+        keys, roster.public_key(peer), run_id=roster.run_id.encode(), me=me, peer=peer
+    )
+
+
+def make_group_key(
+    keys: KeyPair,
+    roster: Roster,
+    *,
+    me: int,
+    entropy: Callable[[int], bytes] = os.urandom,
+) -> tuple[bytes, dict[int, bytes]]:
+    """The leader's step: a fresh group key and one sealed box for every other member.
+
+    Call it once per (epoch, roster): the boxes' nonces are derived from their context.
+    """
+    if me != roster.leader:
+        raise LocalProtocolError(f"member {me} is not the leader of this roster ({roster.leader})")
+    group_key = fresh_seed(entropy)
+    purpose = GROUP_KEY_PURPOSE + roster.transcript()
+    boxes = {
+        m: seal(
+            _pair(keys, roster, me, m),
+            group_key,
+            run_id=roster.run_id.encode(),
+            round_=roster.epoch,
+            sender=me,
+            recipient=m,
+            purpose=purpose,
+        )
+        for m in roster.members
+        if m != me
+    }
+    return group_key, boxes
+
+
+def open_group_key(keys: KeyPair, roster: Roster, *, me: int, box: bytes) -> bytes:
+    """A member's step: open the leader's box (RemoteProtocolError naming the leader if it
+    fails: altered, for another member, epoch or roster)."""
+    leader = roster.leader
+    if me == leader:
+        raise LocalProtocolError("the leader made the group key; it has no box to open")
+    key = open_sealed(
+        _pair(keys, roster, me, leader),
+        box,
+        run_id=roster.run_id.encode(),
+        round_=roster.epoch,
+        sender=leader,
+        recipient=me,
+        purpose=GROUP_KEY_PURPOSE + roster.transcript(),
+    )
+    if len(key) != KEY_BYTES:
+        raise RemoteProtocolError("group key box holds no 32-byte key", sender=leader)
+    return key
+
+
+def derive_key(group_key: bytes, label: str, *, run_id: str, epoch: int) -> bytes:
+    """The 32-byte key for one purpose (``"messages"``, ``"manifest"``) of one epoch."""
+    if not isinstance(group_key, bytes) or len(group_key) != KEY_BYTES:
+        raise InputError("the group key is 32 bytes")
+    _check_epoch(epoch)
+    run = run_id.encode()
+    hkdf = HKDF(
+        algorithm=hashes.SHA256(),
+        length=KEY_BYTES,
+        salt=struct.pack("<QI", epoch, len(run)) + run,
+        info=_KDF_INFO + label.encode(),
+    )
+    return hkdf.derive(group_key)
