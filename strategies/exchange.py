@@ -82,14 +82,14 @@ class Exchange:
                 mid = reply.metadata.reply_to_message_id
                 if mid in self._lingering:
                     self._record_late(mid, reply)
-                    continue
-                if mid not in wanted:
-                    continue
-                wanted.discard(mid)
-                pending = self._pending.pop(mid)
-                if on_reply(pending.node_id, reply):
-                    done = True
-                    break
+                elif mid in wanted and not done:
+                    wanted.discard(mid)
+                    pending = self._pending.pop(mid)
+                    done = bool(on_reply(pending.node_id, reply))
+                elif mid in wanted:  # pulled in the same batch after the stage was done:
+                    wanted.discard(mid)  # the SuperLink gave it up, so time-stamp it as late
+                    self._lingering[mid] = self._pending.pop(mid)
+                    self._record_late(mid, reply)
             if done or not wanted:
                 break
             if time.monotonic() >= deadline:
