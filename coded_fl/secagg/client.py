@@ -19,7 +19,7 @@ Stages and transitions (anything else raises and changes nothing)::
     NEW     --KeyRequest-->        KEYED
     KEYED   --TrainRequest(r)-->   TRAINING(r)        (r greater than any round seen)
     TRAINING(r) --upload()-->      UPLOADED(r)
-    any keyed stage --RecoveryRequest(r == current round, not yet answered)--> RECOVERED(r)
+    any keyed stage --RecoveryRequest(r >= current round, not yet answered)--> RECOVERED(r)
     any keyed stage --TrainRequest(r' > r)--> TRAINING(r')
     any keyed stage --KeyRequest(same config)--> same stage (the same public key again)
 
@@ -29,7 +29,6 @@ ClientApp can keep it in ``context.state`` between messages. It never leaves the
 
 from __future__ import annotations
 
-import base64
 import json
 import os
 from collections.abc import Sequence
@@ -44,7 +43,7 @@ from coded_fl.pipeline import encode_upload
 from coded_fl.prg import Entropy, MaskStream, fresh_seed
 from coded_fl.quantize import QuantizationStats, RoundingKey
 from coded_fl.secagg.config import ProtocolConfig
-from coded_fl.secagg.keys import KeyPair, open_sealed, pairwise_key, seal
+from coded_fl.secagg.keys import KeyPair, check_public_key, open_sealed, pairwise_key, seal
 from coded_fl.secagg.messages import (
     SERVER,
     KeyReply,
@@ -98,7 +97,6 @@ class ClientMachine:
         self.recovered_round = 0  # the latest round answered with a RecoveryReply
         self._pairwise: dict[tuple[int, bytes], bytes] = {}
         self.stats = QuantizationStats()
-        self._own_share: torch.Tensor | None = None
 
     def __repr__(self) -> str:  # no key material
         return f"ClientMachine(silo={self.silo}, stage={self.stage.value}, round={self.round})"
@@ -138,8 +136,8 @@ class ClientMachine:
             )
         return cfg
 
-    def _key_for(self, peer: int) -> bytes:
-        pub = self.roster.get(peer)
+    def _key_for(self, peer: int, roster: dict[int, bytes] | None = None) -> bytes:
+        pub = (self.roster if roster is None else roster).get(peer)
         if pub is None:
             raise RemoteProtocolError(f"silo {peer} is not in the roster", sender=SERVER)
         cached = self._pairwise.get((peer, pub))
@@ -225,7 +223,6 @@ class ClientMachine:
         self.round = msg.round
         self.stage = ClientStage.TRAINING
         self._task = task
-        self._own_share = None
         return task
 
     def upload(self, task: TrainTask, partials: Sequence[torch.Tensor]) -> Upload:
@@ -266,10 +263,10 @@ class ClientMachine:
                 ),
             )
             for j in sorted(self.roster)
-            if j != silo
         )
-        # The share for this silo itself never travels: it stays here until the recovery.
-        self._own_share = shares[silo].clone()
+        # Every share travels sealed, this silo's own one included (sealed to itself): the
+        # recovery then needs no per-round state, which a node that processes two messages at
+        # once (Flower's simulation engine does) could overwrite with a stale copy.
         self.stage = ClientStage.UPLOADED
         return Upload(
             digest=cfg.digest,
@@ -284,41 +281,42 @@ class ClientMachine:
     def on_recovery_request(self, msg: RecoveryRequest) -> RecoveryReply:
         """Check the requested weights against the public code and return the share sums."""
         cfg = self._check_header(msg)
-        self._require(ClientStage.TRAINING, ClientStage.UPLOADED, ClientStage.RECOVERED)
-        if msg.round != self.round:
+        # KEYED too: a node whose state is a stale copy from before its upload still helps
+        self._require(
+            ClientStage.KEYED, ClientStage.TRAINING, ClientStage.UPLOADED, ClientStage.RECOVERED
+        )
+        if msg.round < self.round:
             raise RemoteProtocolError(
-                f"RecoveryRequest for round {msg.round}, but the current round is {self.round}",
+                f"RecoveryRequest for round {msg.round} replays an earlier round (current: "
+                f"{self.round})",
                 sender=SERVER,
             )
-        if self.recovered_round == msg.round:
+        if self.recovered_round >= msg.round:
             raise RemoteProtocolError(
                 f"a second RecoveryRequest for round {msg.round}: a silo answers once per round",
                 sender=SERVER,
             )
         survivors = msg.survivors
-        if any(i not in self.roster for i in survivors):
-            raise RemoteProtocolError("survivor set names silos outside the roster", sender=SERVER)
+        if len(msg.keys) != len(survivors):
+            raise RemoteProtocolError("one public key per survivor is required", sender=SERVER)
+        for i, key in zip(survivors, msg.keys, strict=True):
+            # a key the silo already has must not change within a round; one it lacks (its
+            # state is a stale copy from before the TrainRequest) is taken from the request:
+            # a wrong key only makes that survivor's sealed share fail authentication
+            check_public_key(key, sender=SERVER)
+            if self.roster.get(i, key) != key and msg.round == self.round:
+                raise RemoteProtocolError(
+                    f"the recovery request changes silo {i}'s public key within the round",
+                    sender=SERVER,
+                )
+        roster = {**self.roster, **dict(zip(survivors, msg.keys, strict=True))}
         rows = check_weight_rows(cfg, survivors, msg.weights)
         _, silo, _ = self._identity()
         m = cfg.sharing.piece_length
         shares = []
         for i, box in zip(survivors, msg.shares, strict=True):
-            if i == silo:
-                if box:
-                    raise RemoteProtocolError(
-                        "a share addressed from this silo to itself: its own share never leaves it",
-                        sender=SERVER,
-                    )
-                own = self._own_share
-                if own is None or self.stage == ClientStage.TRAINING:
-                    raise RemoteProtocolError(
-                        "this silo is named a survivor but has not uploaded in this round",
-                        sender=SERVER,
-                    )
-                shares.append(own)
-                continue
             raw = open_sealed(
-                self._key_for(i),
+                self._key_for(i, roster),
                 box,
                 run_id=cfg.run_bytes,
                 round_=msg.round,
@@ -331,6 +329,7 @@ class ClientMachine:
             share = torch.from_numpy(np.frombuffer(raw, dtype="<u4").astype(np.uint32))
             shares.append(cfg.field.validate(share, name=f"share from silo {i}"))
         agg = cfg.field.matmul(rows, shares)
+        self.round = max(self.round, msg.round)
         self.recovered_round = msg.round
         self.stage = ClientStage.RECOVERED
         return RecoveryReply(
@@ -349,9 +348,6 @@ class ClientMachine:
             "round": self.round,
             "recovered_round": self.recovered_round,
             "task": None,
-            "own_share": None
-            if self._own_share is None
-            else base64.b64encode(self._own_share.numpy().tobytes()).decode(),
         }
         task = getattr(self, "_task", None)
         if task is not None and self.stage == ClientStage.TRAINING:
@@ -378,11 +374,6 @@ class ClientMachine:
             m.roster = {int(s): bytes.fromhex(k) for s, k in state["roster"]}
             m.round = int(state["round"])
             m.recovered_round = int(state["recovered_round"])
-            if state.get("own_share") is not None:
-                raw_share = base64.b64decode(state["own_share"])
-                m._own_share = torch.from_numpy(
-                    np.frombuffer(raw_share, dtype="<u4").astype(np.uint32)
-                )
         except (ValueError, KeyError, TypeError) as exc:
             raise LocalProtocolError(
                 f"stored client state is unreadable: {type(exc).__name__}"

@@ -217,9 +217,9 @@ class ProtocolConfig:
         return hashlib.sha256(b"coded-fl/config/v1" + self.to_json()).digest()[:8]
 
     def upload_elements(self) -> int:
-        """Field elements one silo sends per round: its masked vector (d), a share of m for each
-        of the other n - 1 silos, and its recovery reply (m per weight row; one row without
-        extra replies): d + n m = (1 + n/(U-T)) d when U - T divides d."""
+        """Field elements in one silo's upload: its masked vector (d) and a share of m for each
+        of the n silos, itself included: d + n m = (1 + n/(U-T)) d when U - T divides d. (Its
+        recovery reply adds m per weight row.)"""
         return self.vector_length + self.n * self.sharing.piece_length
 
     def describe(self) -> str:

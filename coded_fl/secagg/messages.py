@@ -85,7 +85,8 @@ class TrainRequest(Message):
 
 @dataclass(frozen=True, eq=False)
 class Upload(Message):
-    """Silo -> server: the masked coded vector and one sealed mask share per other member."""
+    """Silo -> server: the masked coded vector and one sealed mask share per member (its own
+    share sealed to itself)."""
 
     TYPE: ClassVar[int] = 4
     masked: torch.Tensor = field(default_factory=lambda: torch.empty(0, dtype=torch.uint32))
@@ -95,13 +96,14 @@ class Upload(Message):
 @dataclass(frozen=True)
 class RecoveryRequest(Message):
     """Server -> silo: the survivor set, the weight rows to apply, and the sealed shares that
-    the survivors addressed to this silo (one per survivor, in the order of ``survivors``;
-    empty where the survivor is this silo, whose own share never left it)."""
+    the survivors addressed to this silo (one per survivor, in the order of ``survivors``)."""
 
     TYPE: ClassVar[int] = 5
     survivors: tuple[int, ...] = ()
     weights: tuple[tuple[int, ...], ...] = ()
     shares: tuple[bytes, ...] = ()
+    #: the survivors' public keys (the roster a silo needs even if it missed the TrainRequest)
+    keys: tuple[bytes, ...] = ()
 
 
 @dataclass(frozen=True, eq=False)
@@ -144,12 +146,13 @@ def encode(msg: Message) -> bytes:
         parts += [struct.pack("<i", r) + _blob(c) for r, c in msg.shares]
     elif isinstance(msg, RecoveryRequest):
         n = len(msg.survivors)
-        if any(len(w) != n for w in msg.weights) or len(msg.shares) != n:
-            raise InputError("RecoveryRequest: weights and shares must match the survivors")
+        if any(len(w) != n for w in msg.weights) or len(msg.shares) != n or len(msg.keys) != n:
+            raise InputError("RecoveryRequest: weights, shares, keys must match the survivors")
         parts.append(struct.pack("<II", n, len(msg.weights)))
         parts.append(np.asarray(msg.survivors, dtype="<i4").tobytes())
         parts.append(np.asarray(msg.weights, dtype="<u4").reshape(-1).tobytes())
         parts += [_blob(c) for c in msg.shares]
+        parts += [_blob(k) for k in msg.keys]
     elif isinstance(msg, RecoveryReply):
         rows = msg.rows
         if rows.dim() != 2:
@@ -238,7 +241,8 @@ def decode(buf: bytes | bytearray | memoryview) -> Message:
         w = np.frombuffer(r.take(4 * n * rows), dtype="<u4").reshape(rows, n)
         weights = tuple(tuple(int(v) for v in row) for row in w)
         boxes = tuple(r.blob() for _ in range(n))
-        msg = RecoveryRequest(**head, survivors=survivors, weights=weights, shares=boxes)
+        keys = tuple(r.blob() for _ in range(n))
+        msg = RecoveryRequest(**head, survivors=survivors, weights=weights, shares=boxes, keys=keys)
     else:
         rows, cols = r.unpack("<II")
         if rows * cols * 4 > len(r.buf) - r.pos:

@@ -220,9 +220,9 @@ class ServerMachine:
                 sender=msg.sender,
             )
         recipients = [r for r, _ in msg.shares]
-        if recipients != [j for j in sorted(self.roster) if j != msg.sender]:
+        if recipients != sorted(self.roster):
             raise RemoteProtocolError(
-                "upload must carry one share per other roster silo, in order", sender=msg.sender
+                "upload must carry one share per roster silo, in order", sender=msg.sender
             )
         size = 4 * cfg.sharing.piece_length + TAG_BYTES
         if any(len(c) != size for _, c in msg.shares):
@@ -269,8 +269,8 @@ class ServerMachine:
         weights = tuple(tuple(int(v) for v in row) for row in rows)
         requests = []
         for j in survivors:
-            # a survivor's share for itself stayed with it: b"" marks its place
-            boxes = tuple(b"" if i == j else dict(rnd.uploads[i].shares)[j] for i in survivors)
+            boxes = tuple(dict(rnd.uploads[i].shares)[j] for i in survivors)
+            keys = tuple(self.roster[i] for i in survivors)
             requests.append(
                 RecoveryRequest(
                     digest=cfg.digest,
@@ -280,6 +280,7 @@ class ServerMachine:
                     survivors=survivors,
                     weights=weights,
                     shares=boxes,
+                    keys=keys,
                 )
             )
         return requests

@@ -43,6 +43,7 @@ def samples():
             survivors=(0, 2),
             weights=((1, 2), (3, 4)),
             shares=(b"s0", b"s2"),
+            keys=(b"a" * 32, b"b" * 32),
         ),
         RecoveryReply(digest=D, round=5, sender=0, recipient=-1, rows=v[:6].reshape(2, 3)),
     ]
