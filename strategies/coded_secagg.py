@@ -338,7 +338,16 @@ class CodedSecAgg(Strategy):
             if res is not None:
                 result.evaluate_metrics_serverapp[0] = res
         rekey: set[int] = set()
+        late_seen = 0
         for r in range(1, num_rounds + 1):
+            # a restarted silo's "needs keys" reply may come after its round closed
+            ex.poll()
+            rekey |= {
+                silo_of[late.node_id]
+                for late in ex.late[late_seen:]
+                if NEEDS_KEYS in late.reason and late.node_id in silo_of
+            }
+            late_seen = len(ex.late)
             rekeyed = self._membership(grid, machine, ex, node_of, silo_of, rekey)
             roster_grid = RosterGrid(grid, [node_of[i] for i in range(n)])
             report = self._train_round(

@@ -28,6 +28,7 @@ class LateReply:
     round: int
     seconds: float
     error: bool
+    reason: str = ""
 
 
 @dataclass
@@ -112,6 +113,14 @@ class Exchange:
             if not pulled:
                 time.sleep(self.poll_interval)
 
+    def poll(self) -> None:
+        """One pull of the lingering replies (no waiting), to time-stamp those already in."""
+        if self._lingering:
+            for reply in self.grid.pull_messages(list(self._lingering)):
+                mid = reply.metadata.reply_to_message_id
+                if mid in self._lingering:
+                    self._record_late(mid, reply)
+
     def lingering(self, stage: str, round_: int) -> list[int]:
         """Nodes that have not answered ``stage`` of ``round_`` yet."""
         return [
@@ -120,6 +129,9 @@ class Exchange:
 
     def _record_late(self, mid: str, reply: Message) -> None:
         p = self._lingering.pop(mid)
+        reason = reply.error.reason if reply.has_error() else ""
         self.late.append(
-            LateReply(p.node_id, p.stage, p.round, time.monotonic() - p.started, reply.has_error())
+            LateReply(
+                p.node_id, p.stage, p.round, time.monotonic() - p.started, reply.has_error(), reason
+            )
         )

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from flwr.app import Message, MessageType, RecordDict
+from flwr.app import Error, Message, MessageType, RecordDict
 
 from strategies.exchange import Exchange
 
@@ -22,8 +22,9 @@ def _task_identity(monkeypatch: pytest.MonkeyPatch) -> None:
 class FakeGrid:
     """An in-memory grid: every pushed message gets its reply after a per-node delay."""
 
-    def __init__(self, delays: dict[int, float]) -> None:
+    def __init__(self, delays: dict[int, float], errors: dict[int, str] | None = None) -> None:
         self.delays = delays
+        self.errors = errors or {}
         self.pushed: dict[str, tuple[Message, float]] = {}
 
     def push_messages(self, messages):  # type: ignore[no-untyped-def]
@@ -43,7 +44,11 @@ class FakeGrid:
                 m, t = self.pushed[mid]
                 if now - t >= self.delays[m.metadata.dst_node_id]:
                     del self.pushed[mid]  # a pull hands a reply over once, like the SuperLink
-                    out.append(Message(RecordDict(), reply_to=m))
+                    node = m.metadata.dst_node_id
+                    if node in self.errors:
+                        out.append(Message(Error(0, self.errors[node]), reply_to=m))
+                    else:
+                        out.append(Message(RecordDict(), reply_to=m))
         return out
 
 
@@ -78,3 +83,21 @@ def test_deadline_bounds_the_wait():
     assert not ex.collect(ids, lambda n, r: False, deadline=time.monotonic() + 0.2)
     assert time.monotonic() - t0 < 2.0
     assert ex.lingering("train", 1) == [2]
+
+
+def test_a_late_error_reply_keeps_its_reason_and_poll_does_not_wait():
+    grid = FakeGrid({1: 0.0, 2: 0.0, 3: 0.15}, errors={3: "codedfl-needs-keys: restarted"})
+    ex = Exchange(grid, poll_interval=0.01)  # type: ignore[arg-type]
+    ids = ex.push(msgs([1, 2, 3]), stage="train", round_=2)
+    seen: list[int] = []
+    assert ex.collect(
+        ids, lambda n, r: seen.append(n) or len(seen) == 2, deadline=time.monotonic() + 5
+    )
+    t0 = time.monotonic()
+    ex.poll()  # node 3 has not answered yet: nothing recorded, no waiting
+    assert ex.late == [] and time.monotonic() - t0 < 0.1
+    time.sleep(0.2)
+    ex.poll()
+    [late] = ex.late
+    assert (late.node_id, late.stage, late.round, late.error) == (3, "train", 2, True)
+    assert "codedfl-needs-keys" in late.reason
