@@ -37,13 +37,15 @@ from flwr.clientapp.typing import ClientAppCallable
 
 from coded_fl.errors import ConfigurationError, InputError, RemoteProtocolError
 from coded_fl.kernels import warm_up
-from coded_fl.secagg.client import ClientMachine, TrainTask
-from coded_fl.secagg.messages import KeyRequest, RecoveryRequest, TrainRequest
+from coded_fl.secagg.client import ClientMachine, ClientStage, TrainTask
+from coded_fl.secagg.messages import SERVER, KeyRequest, RecoveryRequest, TrainRequest
 from strategies.records import (
     INFO_KEY,
     MSG_KEY,
+    NEEDS_KEYS_TAG,
     TRAIN_KEY,
     TrainSpec,
+    accusation_tag,
     check_same_layout,
     flatten,
     message_from,
@@ -87,6 +89,13 @@ def coded_secagg_mod(msg: Message, context: Context, call_next: ClientAppCallabl
             "server's strategy with strategies.CodedSecAgg, or remove the mod from the ClientApp"
         )
     machine = _load(context)
+    if machine.stage == ClientStage.NEW and not isinstance(proto, KeyRequest):
+        # e.g. the SuperNode restarted and lost context.state: the server sees the tag and
+        # sends this silo a KeyRequest before the next round
+        raise RemoteProtocolError(
+            f"{NEEDS_KEYS_TAG} this silo holds no keys for the run (did its SuperNode "
+            f"restart?): a {type(proto).__name__} needs a KeyRequest first"
+        )
     info: dict[str, float] = {}
     if isinstance(proto, KeyRequest):
         reply = machine.on_key_request(proto)
@@ -98,7 +107,13 @@ def coded_secagg_mod(msg: Message, context: Context, call_next: ClientAppCallabl
         info["train-seconds"] = time.perf_counter() - t0
         reply = machine.upload(task, partials)
     elif isinstance(proto, RecoveryRequest):
-        reply = machine.on_recovery_request(proto)
+        try:
+            reply = machine.on_recovery_request(proto)
+        except RemoteProtocolError as exc:
+            if exc.sender is None or exc.sender == SERVER:
+                raise
+            # another silo's share failed authentication: name it, machine-readably
+            raise RemoteProtocolError(f"{exc} {accusation_tag(exc.sender)}") from None
     else:
         raise RemoteProtocolError(f"a silo does not accept {type(proto).__name__}")
     _save(context, machine)

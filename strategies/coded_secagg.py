@@ -35,8 +35,10 @@ from coded_fl.secagg.messages import Message as ProtocolMessage
 from strategies.exchange import Exchange
 from strategies.records import (
     MSG_KEY,
+    NEEDS_KEYS_TAG,
     TRAIN_KEY,
     TrainSpec,
+    accused_in,
     flatten,
     message_from,
     message_record,
@@ -69,16 +71,24 @@ class RoundReport:
     metrics: dict[str, float] = field(default_factory=dict)
     errors: dict[int, str] = field(default_factory=dict)
     suspects: tuple[int, ...] = ()
+    #: silo -> what another silo reported about it (a share that failed authentication)
+    accused: dict[int, str] = field(default_factory=dict)
+    #: protocol round trips in this round: a rekey (if any) + train/upload + recovery
+    round_trips: int = 0
+    #: silos that got new keys before this round (their SuperNode restarted)
+    rekeyed: tuple[int, ...] = ()
     #: the wrapped strategy's aggregate of this round (None if the round was aborted)
     arrays: ArrayRecord | None = field(default=None, repr=False)
     train_metrics: MetricRecord | None = field(default=None, repr=False)
 
     def line(self) -> str:
         acc = next((f"{k}={v:.4f}" for k, v in self.metrics.items() if "acc" in k), "")
+        named = "".join(f"; silo {s} accused: {why}" for s, why in sorted(self.accused.items()))
+        rekeyed = f" (rekeyed silo(s) {list(self.rekeyed)})" if self.rekeyed else ""
         if not self.ok:
             return (
                 f"[coded-fl] round {self.round}: ABORTED after {self.seconds:.2f}s, model "
-                f"unchanged: {self.reason}"
+                f"unchanged: {self.reason}{named}{rekeyed}"
             )
         return (
             f"[coded-fl] round {self.round}: used {self.replies_used}/{self.silos} replies, "
@@ -86,6 +96,7 @@ class RoundReport:
             f"{self.close_seconds:.2f}s, round {self.seconds:.2f}s"
             + (f", {acc}" if acc else "")
             + (f", clipped {100 * self.clipped_fraction:.2f}%" if self.clipped_fraction else "")
+            + f", {self.round_trips} round trips{rekeyed}{named}"
         )
 
 
@@ -194,6 +205,11 @@ class CodedSecAgg(Strategy):
         )
         self.reports: list[RoundReport] = []
         self.late_train: dict[int, list[float]] = {}
+        #: (before round, silos asked) of every key exchange of the run: (1, all) once, then
+        #: one entry per rekey of restarted silos
+        self.key_exchanges: list[tuple[int, tuple[int, ...]]] = []
+        self._activated: dict[int, str] = {}  # node -> last_activated_at when its key came
+        self._needs_keys: set[int] = set()  # silos whose reply said they lost their keys
         if num_silos is not None:  # validate the settings now, before any node is contacted
             self._config(num_silos, vector_length=1, run_id="check")
 
@@ -318,7 +334,7 @@ class CodedSecAgg(Strategy):
         machine = ServerMachine(cfg)
         ex = Exchange(grid, poll_interval=self.poll_interval)
         roster_grid = RosterGrid(grid, nodes)
-        self._key_exchange(machine, ex, node_of, silo_of)
+        self._key_exchange(machine, ex, grid, node_of, silo_of, before_round=1)
 
         result = Result(arrays=initial_arrays)
         arrays = initial_arrays
@@ -327,9 +343,16 @@ class CodedSecAgg(Strategy):
             if res is not None:
                 result.evaluate_metrics_serverapp[0] = res
         for r in range(1, num_rounds + 1):
+            rekey = self._stale_silos(grid, node_of)
+            if rekey:
+                LOG.info("[coded-fl] round %d: new keys for restarted silo(s) %s", r, rekey)
+                self._key_exchange(machine, ex, grid, node_of, silo_of, before_round=r, silos=rekey)
             report = self._train_round(
                 r, machine, ex, node_of, silo_of, roster_grid, arrays, train_config, cfg
             )
+            if rekey:
+                report.rekeyed = tuple(rekey)
+                report.round_trips += 1
             if report.ok and report.arrays is not None:
                 arrays = report.arrays
                 result.arrays = arrays
@@ -363,18 +386,57 @@ class CodedSecAgg(Strategy):
         return result
 
     # ------------------------------------------------------------------ stages
+    def _activations(self, grid: Grid) -> dict[int, str]:
+        """node -> when the SuperLink last (re)activated it ("" where it does not say)."""
+        try:
+            infos = list(grid.get_nodes())
+        except Exception:
+            return {}
+        return {
+            int(i.node_id): str(getattr(i, "last_activated_at", "") or "")
+            for i in infos
+            if hasattr(i, "node_id")
+        }
+
+    def _stale_silos(self, grid: Grid, node_of: dict[int, int]) -> list[int]:
+        """Silos to rekey: their node was reactivated since it sent its key (a restarted
+        SuperNode loses ``context.state``), or a reply said it has no keys."""
+        now = self._activations(grid)
+        stale = set(self._needs_keys)
+        for silo, node in node_of.items():
+            before, after = self._activated.get(node, ""), now.get(node, "")
+            if before and after and after != before:
+                stale.add(silo)
+        return sorted(stale)
+
     def _key_exchange(
-        self, machine: ServerMachine, ex: Exchange, node_of: dict[int, int], silo_of: dict[int, int]
+        self,
+        machine: ServerMachine,
+        ex: Exchange,
+        grid: Grid,
+        node_of: dict[int, int],
+        silo_of: dict[int, int],
+        *,
+        before_round: int,
+        silos: list[int] | None = None,
     ) -> None:
         errors: dict[int, str] = {}
-        msgs = [self._flower(node_of[req.recipient], req) for req in machine.start_key_exchange()]
-        ids = ex.push(msgs, stage="keys", round_=0)
+        stamps = self._activations(grid)
+        requests = machine.start_key_exchange(silos)
+        self.key_exchanges.append((before_round, tuple(r.recipient for r in requests)))
+        msgs = [self._flower(node_of[req.recipient], req) for req in requests]
+        ids = ex.push(msgs, stage="keys", round_=before_round - 1)
 
         def on_reply(node: int, reply: Message) -> bool:
             self._feed(machine, silo_of[node], reply, KeyReply, errors)
             return len(errors) + len(machine._pending_keys) >= len(ids)
 
         ex.collect(ids, on_reply, deadline=time.monotonic() + self.key_timeout)
+        for silo in machine._pending_keys:
+            self._needs_keys.discard(silo)
+            node = node_of[silo]
+            if node in stamps:
+                self._activated[node] = stamps[node]
         try:
             missing = machine.close_key_exchange()
         except CodedFLError as exc:
@@ -433,6 +495,7 @@ class CodedSecAgg(Strategy):
                 )
             )
         ids = ex.push(train_msgs, stage="train", round_=r)
+        report.round_trips = 1
         deadline = t0 + self.round_timeout
         extra_until: list[float] = []
 
@@ -453,9 +516,10 @@ class CodedSecAgg(Strategy):
             return self._aborted(report, out, t0, node_of)
         rec_msgs = [self._flower(node_of[q.recipient], q) for q in out]
         rids = ex.push(rec_msgs, stage="recovery", round_=r)
+        report.round_trips = 2
 
         def on_recovery(node: int, reply: Message) -> bool:
-            self._feed(machine, silo_of[node], reply, RecoveryReply, report.errors)
+            self._feed(machine, silo_of[node], reply, RecoveryReply, report.errors, report.accused)
             return machine.recovery_ready
 
         ex.collect(rids, on_recovery, deadline=time.monotonic() + self.recovery_timeout)
@@ -547,11 +611,31 @@ class CodedSecAgg(Strategy):
         )
 
     def _feed(
-        self, machine: ServerMachine, silo: int, reply: Message, kind: type, errors: dict[int, str]
+        self,
+        machine: ServerMachine,
+        silo: int,
+        reply: Message,
+        kind: type,
+        errors: dict[int, str],
+        accused: dict[int, str] | None = None,
     ) -> None:
-        """Hand a reply to the machine; a silo that errors or misbehaves counts as a straggler."""
+        """Hand a reply to the machine; a silo that errors or misbehaves counts as a straggler.
+
+        An error reply that says the silo lost its keys marks it for a rekey before the next
+        round; one that accuses another silo (a share from it failed authentication) is
+        recorded in ``accused`` under the accused silo."""
         if reply.has_error():
-            errors[silo] = reply.error.reason
+            reason = reply.error.reason
+            errors[silo] = reason
+            if NEEDS_KEYS_TAG in reason:
+                self._needs_keys.add(silo)
+            culprit = accused_in(reason)
+            if accused is not None and culprit is not None and culprit != silo:
+                accused[culprit] = (
+                    f"silo {silo} reports that the share silo {culprit} sealed for it failed "
+                    "authentication (altered in transit or by its sender)"
+                )
+                LOG.warning("[coded-fl] silo %d accuses silo %d: %s", silo, culprit, reason)
             return
         try:
             msg = message_from(reply.content)

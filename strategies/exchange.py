@@ -76,9 +76,10 @@ class Exchange:
         """
         wanted = {i for i in ids if i in self._pending}
         done = False
+        rest: list[Message] = []
         while wanted and not done:
             pulled = list(self.grid.pull_messages(list(wanted | set(self._lingering))))
-            for reply in pulled:
+            for pos, reply in enumerate(pulled):
                 mid = reply.metadata.reply_to_message_id
                 if mid in self._lingering:
                     self._record_late(mid, reply)
@@ -89,6 +90,7 @@ class Exchange:
                 pending = self._pending.pop(mid)
                 if on_reply(pending.node_id, reply):
                     done = True
+                    rest = pulled[pos + 1 :]  # pulled once only: time-stamp them below
                     break
             if done or not wanted:
                 break
@@ -98,6 +100,10 @@ class Exchange:
                 time.sleep(self.poll_interval)
         for mid in wanted:  # not needed any more: keep time-stamping them
             self._lingering[mid] = self._pending.pop(mid)
+        for reply in rest:
+            mid = reply.metadata.reply_to_message_id
+            if mid in self._lingering:
+                self._record_late(mid, reply)
         return done
 
     def drain(self, seconds: float) -> None:
