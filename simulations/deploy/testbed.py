@@ -20,6 +20,9 @@ SuperNode -> 127.0.0.1:P (the site's proxy, in the site's namespace: latency, ji
 10.R.S.1 over the bridge (``tbf`` rate limit on the site's veth if ``rate`` is set) -> SuperLink.
 The SuperLink's certificate has SANs for 127.0.0.1 and the SuperLink's bed address.
 
+``TestBed(..., namespaces=False)`` runs the same on the host's loopback (no root needed): the
+SuperLink and the proxies on free 127.0.0.1 ports, the rate limit in the proxy instead of tbf.
+
 Everything is torn down in :meth:`TestBed.close` (also on exceptions and at interpreter exit):
 processes by process group (recorded PIDs only), then ``ip netns del`` of each namespace it
 created, which also removes their interfaces. :func:`namespaces_available` says whether this
@@ -41,7 +44,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from simulations.deploy.launcher import Deployment, DeploymentError, Proc, stop_group
+from simulations.deploy.launcher import (
+    Deployment,
+    DeploymentError,
+    Proc,
+    free_port,
+    stop_group,
+)
 
 __all__ = ["Site", "TestBed", "namespaces_available"]
 
@@ -121,24 +130,28 @@ class TestBed:
         auth: bool = True,
         python: str = sys.executable,
         seed: int | None = None,
+        namespaces: bool = True,
     ) -> None:
-        ok, why = namespaces_available()
-        if not ok:
-            raise DeploymentError(f"no test bed: {why}")
+        if namespaces:
+            ok, why = namespaces_available()
+            if not ok:
+                raise DeploymentError(f"no test bed: {why}")
+        self.use_ns = namespaces
         self.tag = secrets.token_hex(3)
         self.sites = list(sites)
         self.seed = seed
         self._own_dir = run_dir is None
         self.run_dir = Path(run_dir or tempfile.mkdtemp(prefix=f"cfl-bed-{self.tag}-"))
         self.subnet = f"10.{200 + secrets.randbelow(50)}.{secrets.randbelow(256)}"
-        self.link_ip = f"{self.subnet}.1"
+        self.link_ip = f"{self.subnet}.1" if namespaces else "127.0.0.1"
         self.namespaces: list[str] = []
         self.proxies: dict[int, Proc] = {}
         self.proxy_ports: dict[int, int] = {}
         self._closed = False
         atexit.register(self.close)
         try:
-            self._make_network()
+            if namespaces:
+                self._make_network()
             self.dep = Deployment(
                 self.run_dir,
                 tls=tls,
@@ -156,11 +169,11 @@ class TestBed:
         return f"{PREFIX}-{self.tag}-hub"
 
     @property
-    def link_ns(self) -> str:
-        return f"{PREFIX}-{self.tag}-link"
+    def link_ns(self) -> str | None:
+        return f"{PREFIX}-{self.tag}-link" if self.use_ns else None
 
-    def site_ns(self, k: int) -> str:
-        return f"{PREFIX}-{self.tag}-s{k}"
+    def site_ns(self, k: int) -> str | None:
+        return f"{PREFIX}-{self.tag}-s{k}" if self.use_ns else None
 
     def site_ip(self, k: int) -> str:
         return f"{self.subnet}.{k + 2}"
@@ -175,8 +188,8 @@ class TestBed:
         self._add_ns(self.hub)
         _ip("-n", self.hub, "link", "add", "name", "br0", "type", "bridge")
         _ip("-n", self.hub, "link", "set", "br0", "up")
-        members = [(self.link_ns, self.link_ip, 0.0)] + [
-            (self.site_ns(k), self.site_ip(k), s.rate) for k, s in enumerate(self.sites)
+        members = [(str(self.link_ns), self.link_ip, 0.0)] + [
+            (str(self.site_ns(k)), self.site_ip(k), s.rate) for k, s in enumerate(self.sites)
         ]
         for idx, (ns, ip, rate) in enumerate(members):
             self._add_ns(ns)
@@ -219,8 +232,12 @@ class TestBed:
 
     def start_proxy(self, k: int, superlink_port: int) -> int:
         s = self.sites[k]
-        port = 18000 + k  # inside the site's own namespace: nothing else listens there
-        self.set_link(k, latency=s.latency, jitter=s.jitter, loss=s.loss, reset=s.reset)
+        # in the site's own namespace nothing else listens; on loopback the OS picks a port
+        port = 18000 + k if self.use_ns else free_port()
+        link = {"latency": s.latency, "jitter": s.jitter, "loss": s.loss, "reset": s.reset}
+        if not self.use_ns:
+            link["rate"] = s.rate  # no veth to shape with tbf: the proxy limits the rate
+        self.set_link(k, **link)
         ready = self.run_dir / f"proxy-site{k}.ready"
         ready.unlink(missing_ok=True)
         cmd = [self.dep.python, "-m", "simulations.deploy.netem", "--listen",
@@ -245,9 +262,10 @@ class TestBed:
         timeout: float = 90.0,
     ) -> None:
         """Start the SuperLink, one proxy and one (registered) SuperNode per site."""
-        port = 9443
+        port = 9443 if self.use_ns else free_port()
         self.dep.start_superlink(
-            bind="0.0.0.0",  # noqa: S104 - inside the bed's own namespace only
+            # all interfaces of the bed's own namespace (its loopback and its bed address)
+            bind="0.0.0.0" if self.use_ns else "127.0.0.1",  # noqa: S104
             port=port,
             address=f"127.0.0.1:{port}",
             netns=self.link_ns,
@@ -322,8 +340,9 @@ class TestBed:
 
     def describe(self) -> dict[str, object]:
         return {
-            "namespaces": len(self.sites) + 2,
-            "subnet": f"{self.subnet}.0/24",
+            "network": "namespaces" if self.use_ns else "loopback",
+            "namespaces": len(self.namespaces),
+            "subnet": f"{self.subnet}.0/24" if self.use_ns else "127.0.0.1",
             "sites": [asdict(s) for s in self.sites],
         }
 

@@ -198,6 +198,8 @@ def main(grid: Grid, context: Context) -> None:
 
         def progress(rep: RoundReport) -> None:
             print(rep.line(), flush=True)
+            if rep.round == 1:  # node wait + key exchange: once per run
+                report.data["setup_seconds"] = time.monotonic() - t_run - rep.seconds
             report.data["key_exchanges"] = [[r, list(s)] for r, s in strategy.key_exchanges]
             report.round(_coded_row(rep, names, node_of))
 
