@@ -179,6 +179,8 @@ class Deployment:
     extra_env: Mapping[str, str] = field(default_factory=dict)
     procs: dict[str, Proc] = field(default_factory=dict)
     superlink_address: str = ""
+    superlink_port: int = 0
+    _popen: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         if self.auth and not self.tls:
@@ -244,7 +246,6 @@ class Deployment:
             )
         proc = Proc(name=name, pid=p.pid, cmd=full, log=str(log), netns=netns)
         self.procs[name] = proc
-        self._popen = getattr(self, "_popen", {})
         self._popen[name] = p
         self._record()
         return proc
@@ -269,7 +270,7 @@ class Deployment:
 
     def alive(self, name: str) -> bool:
         """Whether ``name`` still runs (our own child: asked directly; else by its PID)."""
-        p = getattr(self, "_popen", {}).get(name)
+        p = self._popen.get(name)
         if p is not None:
             return p.poll() is None
         proc = self.procs.get(name)
@@ -280,7 +281,7 @@ class Deployment:
 
     def wait_exit(self, name: str, *, timeout: float) -> int | None:
         """Wait (bounded) for ``name`` to exit; its exit code, or None if it still runs."""
-        p = getattr(self, "_popen", {}).get(name)
+        p = self._popen.get(name)
         if p is None:
             return None
         try:
@@ -303,7 +304,7 @@ class Deployment:
             self._wait_popen(name)
 
     def _wait_popen(self, name: str) -> None:
-        p = getattr(self, "_popen", {}).get(name)
+        p = self._popen.get(name)
         if p is not None:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 p.wait(timeout=5)
@@ -524,3 +525,21 @@ def _toml(v: object) -> str:
 
 def _tail(text: str, lines: int = 25) -> str:
     return "\n".join(text.splitlines()[-lines:])
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m simulations.deploy.launcher down RUN_DIR``: stop what a run left behind."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m simulations.deploy.launcher")
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    down = sub.add_parser("down", help="stop every process recorded in RUN_DIR/pids.json")
+    down.add_argument("run_dir")
+    args = parser.parse_args(argv)
+    stopped = stop_recorded(args.run_dir)
+    print(f"stopped: {', '.join(stopped) or 'nothing was running'}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

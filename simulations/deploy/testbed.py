@@ -41,6 +41,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -274,8 +275,12 @@ class TestBed:
         n = len(self.sites)
         for k in range(n):
             self.start_proxy(k, port)
-            if register and self.dep.auth:
-                self.dep.register(f"site{k}", netns=self.link_ns)
+        if register and self.dep.auth:  # one `flwr supernode register` per site, in parallel
+            with ThreadPoolExecutor(max_workers=min(n, 6)) as pool:
+                for fut in [
+                    pool.submit(self.dep.register, f"site{k}", netns=self.link_ns) for k in range(n)
+                ]:
+                    fut.result()
         for k in range(n):
             self.start_node(k, node_config=node_config, wait=False)
         for k in range(n):

@@ -2,7 +2,7 @@
 
 ``mode`` (run config) picks the path of a train message:
 
-- ``plain``: straight to the train function (plain FedAvg);
+- ``plain``, ``plain-fast``: straight to the train function (plain FedAvg);
 - ``coded``: through ``coded_secagg_mod`` (and, for the fault test, :func:`tamper_mod`);
 - ``secaggplus``: to a legacy ``ClientApp`` (``NumPyClient`` behind Flower's ``secaggplus_mod``).
 
