@@ -330,11 +330,16 @@ class Deployment:
         address: str | None = None,
         netns: str | None = None,
         timeout: float = 60.0,
+        database: bool = False,
     ) -> Proc:
-        """Start ``flower-superlink`` on ``bind:port``; ``address`` is how clients reach it."""
+        """Start ``flower-superlink`` on ``bind:port``; ``address`` is how clients reach it.
+
+        Its state (registered nodes, messages, objects) is kept in memory, Flower's default,
+        unless ``database`` (then ``RUN_DIR/state.db``: it survives a SuperLink restart)."""
         port = port or free_port()
         cmd = [f"{self.bindir}/flower-superlink", "--host", bind, "--port", str(port)]
-        cmd += ["--database", str(self.run_dir / "state.db")]
+        if database:
+            cmd += ["--database", str(self.run_dir / "state.db")]
         cmd += ["--disable-runtime-dependency-installation"]
         if self.tls:
             cmd += [

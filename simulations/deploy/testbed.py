@@ -32,13 +32,16 @@ machine lets us create namespaces (root, ``ip`` present); callers skip cleanly o
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import os
 import secrets
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -117,6 +120,22 @@ def namespaces_available() -> tuple[bool, str]:
         _ip("netns", "del", probe, check=False)
 
 
+def _raise_on_sigterm() -> signal.Handlers | None:
+    """Make SIGTERM raise SystemExit (so ``finally``/atexit tear the bed down) if it would
+    otherwise kill the interpreter outright; returns the handler to restore."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    old = signal.getsignal(signal.SIGTERM)
+    if old != signal.SIG_DFL:
+        return None
+
+    def stop(signum: int, frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, stop)
+    return old  # type: ignore[return-value]
+
+
 class TestBed:
     """Sites in network namespaces around one SuperLink (see the module docstring)."""
 
@@ -150,6 +169,7 @@ class TestBed:
         self.proxy_ports: dict[int, int] = {}
         self._closed = False
         atexit.register(self.close)
+        self._sigterm = _raise_on_sigterm()
         try:
             if namespaces:
                 self._make_network()
@@ -342,6 +362,9 @@ class TestBed:
                 _ip("netns", "del", ns, check=False)
             self.namespaces.clear()
             atexit.unregister(self.close)
+            if self._sigterm is not None:
+                with contextlib.suppress(ValueError):  # not the main thread any more
+                    signal.signal(signal.SIGTERM, self._sigterm)
 
     def describe(self) -> dict[str, object]:
         return {
