@@ -38,13 +38,14 @@ from flwr.clientapp.typing import ClientAppCallable
 from coded_fl.errors import ConfigurationError, InputError, RemoteProtocolError
 from coded_fl.kernels import warm_up
 from coded_fl.secagg.client import ClientMachine, TrainTask
-from coded_fl.secagg.messages import KeyRequest, RecoveryRequest, TrainRequest
+from coded_fl.secagg.messages import SERVER, KeyRequest, RecoveryRequest, TrainRequest
 from coded_fl.secagg.messages import Message as ProtocolMessage
 from strategies.records import (
     INFO_KEY,
     MSG_KEY,
     TRAIN_KEY,
     TrainSpec,
+    accusation_tag,
     check_same_layout,
     flatten,
     message_from,
@@ -89,7 +90,7 @@ def coded_secagg_mod(msg: Message, context: Context, call_next: ClientAppCallabl
             "coded_secagg_mod received a train message without coded-fl content: wrap the "
             "server's strategy with strategies.CodedSecAgg, or remove the mod from the ClientApp"
         )
-    machine = _load(context)
+    machine = _load(context)  # a restarted node has none: the machine says NEEDS_KEYS
     info: dict[str, float] = {}
     reply: ProtocolMessage
     if isinstance(proto, KeyRequest):
@@ -102,7 +103,13 @@ def coded_secagg_mod(msg: Message, context: Context, call_next: ClientAppCallabl
         info["train-seconds"] = time.perf_counter() - t0
         reply = machine.upload(task, partials)
     elif isinstance(proto, RecoveryRequest):
-        reply = machine.on_recovery_request(proto)
+        try:
+            reply = machine.on_recovery_request(proto)
+        except RemoteProtocolError as exc:
+            if exc.sender is None or exc.sender == SERVER:
+                raise
+            # another silo's share failed authentication: name it, machine-readably
+            raise RemoteProtocolError(f"{exc} {accusation_tag(exc.sender)}") from None
     else:
         raise RemoteProtocolError(f"a silo does not accept {type(proto).__name__}")
     _save(context, machine)

@@ -39,6 +39,7 @@ from strategies.records import (
     MSG_KEY,
     TRAIN_KEY,
     TrainSpec,
+    accused_in,
     flatten,
     message_from,
     message_record,
@@ -71,6 +72,11 @@ class RoundReport:
     metrics: dict[str, float] = field(default_factory=dict)
     errors: dict[int, str] = field(default_factory=dict)
     suspects: tuple[int, ...] = ()
+    #: silo -> what another silo reported about it (a share that failed authentication)
+    accused: dict[int, str] = field(default_factory=dict)
+    #: protocol round trips in this round: a rekey (if any) + train/upload + recovery
+    round_trips: int = 0
+    #: silos that got new keys before this round (restarted or replaced nodes)
     rekeyed: tuple[int, ...] = ()
     #: the wrapped strategy's aggregate of this round (None if the round was aborted)
     arrays: ArrayRecord | None = field(default=None, repr=False)
@@ -78,10 +84,12 @@ class RoundReport:
 
     def line(self) -> str:
         acc = next((f"{k}={v:.4f}" for k, v in self.metrics.items() if "acc" in k), "")
+        named = "".join(f"; silo {s} accused: {why}" for s, why in sorted(self.accused.items()))
+        rekeyed = f" (rekeyed silo(s) {list(self.rekeyed)})" if self.rekeyed else ""
         if not self.ok:
             return (
                 f"[coded-fl] round {self.round}: ABORTED after {self.seconds:.2f}s, model "
-                f"unchanged: {self.reason}"
+                f"unchanged: {self.reason}{named}{rekeyed}"
             )
         return (
             f"[coded-fl] round {self.round}: used {self.replies_used}/{self.silos} replies, "
@@ -89,6 +97,7 @@ class RoundReport:
             f"{self.close_seconds:.2f}s, round {self.seconds:.2f}s"
             + (f", {acc}" if acc else "")
             + (f", clipped {100 * self.clipped_fraction:.2f}%" if self.clipped_fraction else "")
+            + f", {self.round_trips} round trips{rekeyed}{named}"
         )
 
 
@@ -200,6 +209,11 @@ class CodedSecAgg(Strategy):
         self.run_id: str | None = None
         self._limit = math.inf
         self.late_train: dict[int, list[float]] = {}
+        #: (before round, silos asked) of every key exchange of the run: (1, all) once, then
+        #: one entry per rekey of restarted or replaced silos
+        self.key_exchanges: list[tuple[int, tuple[int, ...]]] = []
+        self._activated: dict[int, str] = {}  # node -> last_activated_at when its key came
+        self._needs_keys: set[int] = set()  # silos whose reply said they hold no keys
         if num_silos is not None:  # validate the settings now, before any node is contacted
             self._config(num_silos, vector_length=1, run_id="check")
 
@@ -329,7 +343,7 @@ class CodedSecAgg(Strategy):
         machine = ServerMachine(cfg)
         ex = Exchange(grid, poll_interval=self.poll_interval)
         self._limit = float(timeout)
-        self._key_exchange(machine, ex, node_of, silo_of)
+        self._key_exchange(machine, ex, node_of, silo_of, before_round=1)
 
         result = Result(arrays=initial_arrays)
         arrays = initial_arrays
@@ -337,24 +351,24 @@ class CodedSecAgg(Strategy):
             res = evaluate_fn(0, arrays)
             if res is not None:
                 result.evaluate_metrics_serverapp[0] = res
-        rekey: set[int] = set()
         late_seen = 0
         for r in range(1, num_rounds + 1):
             # a restarted silo's "needs keys" reply may come after its round closed
             ex.poll()
-            rekey |= {
+            self._needs_keys |= {
                 silo_of[late.node_id]
                 for late in ex.late[late_seen:]
                 if NEEDS_KEYS in late.reason and late.node_id in silo_of
             }
             late_seen = len(ex.late)
-            rekeyed = self._membership(grid, machine, ex, node_of, silo_of, rekey)
+            rekeyed = self._membership(grid, machine, ex, node_of, silo_of, r)
             roster_grid = RosterGrid(grid, [node_of[i] for i in range(n)])
             report = self._train_round(
                 r, machine, ex, node_of, silo_of, roster_grid, arrays, train_config, cfg
             )
-            report.rekeyed = rekeyed
-            rekey = {s for s, e in report.errors.items() if NEEDS_KEYS in e}
+            if rekeyed:
+                report.rekeyed = rekeyed
+                report.round_trips += 1
             if report.ok and report.arrays is not None:
                 arrays = report.arrays
                 result.arrays = arrays
@@ -387,14 +401,20 @@ class CodedSecAgg(Strategy):
         ex: Exchange,
         node_of: dict[int, int],
         silo_of: dict[int, int],
-        rekey: set[int],
+        before_round: int,
     ) -> tuple[int, ...]:
         """Before a round: give a silo whose node left to a newly connected node, and rerun the
-        key exchange for the silos that need keys (new nodes, restarted nodes). Keys are
-        otherwise agreed once per run."""
+        key exchange for the silos that need keys: new nodes, nodes the SuperLink reactivated
+        since they sent their key (a restarted SuperNode loses ``context.state``), and silos
+        whose reply said they hold no keys. Keys are otherwise agreed once per run."""
         connected = set(grid.get_node_ids())
         spare = sorted(connected - set(node_of.values()))
-        todo = set(rekey)
+        todo = set(self._needs_keys)
+        now = self._activations(grid)
+        for silo, node in node_of.items():
+            before, after = self._activated.get(node, ""), now.get(node, "")
+            if before and after and after != before:
+                todo.add(silo)
         for silo, node in sorted(node_of.items()):
             if node not in connected and spare:
                 new = spare.pop(0)
@@ -405,11 +425,26 @@ class CodedSecAgg(Strategy):
         if not todo:
             return ()
         try:
-            self._key_exchange(machine, ex, node_of, silo_of, sorted(todo))
+            self._key_exchange(
+                machine, ex, node_of, silo_of, before_round=before_round, silos=sorted(todo)
+            )
         except ConfigurationError as exc:  # the old keys stay; those silos remain stragglers
             LOG.warning("[coded-fl] rekeying %s failed: %s", sorted(todo), exc)
         LOG.info("[coded-fl] keys renewed for silo(s) %s", sorted(todo))
         return tuple(sorted(todo))
+
+    @staticmethod
+    def _activations(grid: Grid) -> dict[int, str]:
+        """node -> when the SuperLink last (re)activated it ("" where it does not say)."""
+        try:
+            infos = list(grid.get_nodes())  # type: ignore[attr-defined]
+        except Exception:  # a grid without get_nodes (older Flower, test doubles)
+            return {}
+        return {
+            int(i.node_id): str(getattr(i, "last_activated_at", "") or "")
+            for i in infos
+            if hasattr(i, "node_id")
+        }
 
     def _key_exchange(
         self,
@@ -417,13 +452,16 @@ class CodedSecAgg(Strategy):
         ex: Exchange,
         node_of: dict[int, int],
         silo_of: dict[int, int],
+        *,
+        before_round: int,
         silos: list[int] | None = None,
     ) -> None:
         errors: dict[int, str] = {}
-        msgs = [
-            self._flower(node_of[req.recipient], req) for req in machine.start_key_exchange(silos)
-        ]
-        ids = ex.push(msgs, stage="keys", round_=0)
+        stamps = self._activations(ex.grid)
+        requests = machine.start_key_exchange(silos)
+        self.key_exchanges.append((before_round, tuple(q.recipient for q in requests)))
+        msgs = [self._flower(node_of[q.recipient], q) for q in requests]
+        ids = ex.push(msgs, stage="keys", round_=before_round - 1)
 
         def on_reply(node: int, reply: Message) -> bool:
             self._feed(machine, silo_of[node], reply, KeyReply, errors)
@@ -443,6 +481,12 @@ class CodedSecAgg(Strategy):
                 else ""
             )
             raise ConfigurationError(f"{exc}. Replies: {detail or 'none in time'}.{hint}") from None
+        for q in requests:
+            if q.recipient not in missing:  # keyed now: remember when its node was activated
+                self._needs_keys.discard(q.recipient)
+                node = node_of[q.recipient]
+                if node in stamps:
+                    self._activated[node] = stamps[node]
         if missing:
             LOG.warning(
                 "[coded-fl] key exchange: no key from silo(s) %s: %s",
@@ -494,6 +538,7 @@ class CodedSecAgg(Strategy):
                 )
             )
         ids = ex.push(train_msgs, stage="train", round_=r)
+        report.round_trips = 1
         deadline = t0 + min(self.round_timeout, self._limit)
         extra_until: list[float] = []
 
@@ -514,9 +559,10 @@ class CodedSecAgg(Strategy):
             return self._aborted(report, out, t0, node_of)
         rec_msgs = [self._flower(node_of[q.recipient], q) for q in out]
         rids = ex.push(rec_msgs, stage="recovery", round_=r)
+        report.round_trips = 2
 
         def on_recovery(node: int, reply: Message) -> bool:
-            self._feed(machine, silo_of[node], reply, RecoveryReply, report.errors)
+            self._feed(machine, silo_of[node], reply, RecoveryReply, report.errors, report.accused)
             return machine.recovery_ready
 
         ex.collect(rids, on_recovery, deadline=self._deadline(self.recovery_timeout))
@@ -616,11 +662,31 @@ class CodedSecAgg(Strategy):
         )
 
     def _feed(
-        self, machine: ServerMachine, silo: int, reply: Message, kind: type, errors: dict[int, str]
+        self,
+        machine: ServerMachine,
+        silo: int,
+        reply: Message,
+        kind: type,
+        errors: dict[int, str],
+        accused: dict[int, str] | None = None,
     ) -> None:
-        """Hand a reply to the machine; a silo that errors or misbehaves counts as a straggler."""
+        """Hand a reply to the machine; a silo that errors or misbehaves counts as a straggler.
+
+        An error reply that says the silo holds no keys marks it for a rekey before the next
+        round; one that accuses another silo (a share from it failed authentication) is
+        recorded in ``accused`` under the accused silo."""
         if reply.has_error():
-            errors[silo] = str(reply.error.reason)
+            reason = str(reply.error.reason)
+            errors[silo] = reason
+            if NEEDS_KEYS in reason:
+                self._needs_keys.add(silo)
+            culprit = accused_in(reason)
+            if accused is not None and culprit is not None and culprit != silo:
+                accused[culprit] = (
+                    f"silo {silo} reports that the share silo {culprit} sealed for it failed "
+                    "authentication (altered in transit or by its sender)"
+                )
+                LOG.warning("[coded-fl] silo %d accuses silo %d", silo, culprit)
             return
         try:
             msg = message_from(reply.content)

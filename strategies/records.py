@@ -15,6 +15,7 @@ Model arrays travel flattened in a fixed order (the ArrayRecord's key order) as 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -30,6 +31,8 @@ __all__ = [
     "MSG_KEY",
     "TRAIN_KEY",
     "TrainSpec",
+    "accusation_tag",
+    "accused_in",
     "flatten",
     "message_from",
     "message_record",
@@ -39,6 +42,18 @@ __all__ = [
 MSG_KEY = "codedfl.msg"
 TRAIN_KEY = "codedfl.train"
 INFO_KEY = "codedfl.info"
+_ACCUSES = re.compile(r"\[codedfl\.accuses=(\d+)\]")
+
+
+def accusation_tag(silo: int) -> str:
+    """Appended to a silo's error reply when a share *from* ``silo`` failed authentication."""
+    return f"[codedfl.accuses={int(silo)}]"
+
+
+def accused_in(reason: str) -> int | None:
+    """The silo an error reply accuses (see :func:`accusation_tag`), or None."""
+    m = _ACCUSES.search(reason)
+    return int(m.group(1)) if m else None
 
 
 def message_record(msg: Message) -> ArrayRecord:

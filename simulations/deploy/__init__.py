@@ -1,0 +1,6 @@
+"""Deployment across sites: certificates and keys, a launcher for a real SuperLink and
+SuperNodes (TLS, node authentication), a multi-site test bed on network namespaces with a
+delaying proxy per site, and the apps the deployment benchmark runs.
+
+Guide: ``docs/deploy.md``. Entry point: ``python -m simulations.deploy --help``.
+"""

@@ -1,0 +1,264 @@
+"""CodedSecAgg against deployment faults, in process: a restarted silo is rekeyed before the
+next round (keys once per run otherwise), a silo that lost its keys says so and is rekeyed, a
+tampered share is refused and its sender named, and every round takes two round trips.
+
+The grid runs each silo's real ClientApp (with ``coded_secagg_mod``) synchronously, so the
+Flower adapters and the protocol machines are exercised end to end without Flower's runtime.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import numpy as np
+import pytest
+from flwr.app import (
+    Array,
+    ArrayRecord,
+    Context,
+    Error,
+    Message,
+    MetricRecord,
+    RecordDict,
+)
+from flwr.clientapp import ClientApp
+from flwr.serverapp import Grid
+from flwr.serverapp.strategy import FedAvg
+
+from clients import coded_secagg_mod
+from coded_fl.secagg.client import NEEDS_KEYS
+from coded_fl.secagg.messages import Upload
+from simulations.deploy.faults import forge_shares
+from strategies import CodedSecAgg
+from strategies.records import accused_in, message_from, message_record
+
+D = 16
+
+
+@pytest.fixture(autouse=True)
+def _task_identity(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Flower's Message() reads the process's task identity (set by its runtime)."""
+    from flwr.supercore.task_identity import TaskIdentity
+
+    monkeypatch.setattr(TaskIdentity, "_run_id", 7)
+    monkeypatch.setattr(TaskIdentity, "_node_id", 1)
+    monkeypatch.setattr(TaskIdentity, "_task_id", 1)
+
+
+def _client_app(tamper: dict[str, int]) -> ClientApp:
+    def tamper_mod(msg: Message, context: Context, call_next):  # type: ignore[no-untyped-def]
+        reply = call_next(msg, context)
+        site = int(context.node_config["site"])
+        if site != tamper.get("site", -1) or reply.has_error():
+            return reply
+        up = message_from(reply.content)
+        if not isinstance(up, Upload):
+            return reply
+        forged = forge_shares(up, target=tamper["target"])
+        reply.content["codedfl.msg"] = message_record(forged)
+        return reply
+
+    app = ClientApp(mods=[tamper_mod, coded_secagg_mod])
+
+    @app.train()
+    def train(msg: Message, context: Context) -> Message:
+        k = int(context.node_config["partition-id"])
+        w = msg.content["arrays"]["w"].numpy()
+        new = (w + 0.01 * (k + 1)).astype(np.float32)
+        return Message(
+            RecordDict(
+                {
+                    "arrays": ArrayRecord({"w": Array(new)}),
+                    "metrics": MetricRecord({"num-examples": 10}),
+                }
+            ),
+            reply_to=msg,
+        )
+
+    return app
+
+
+@dataclass
+class _Run:
+    run_id: int = 7
+
+
+@dataclass
+class _NodeInfo:
+    node_id: int
+    last_activated_at: str
+
+
+@dataclass
+class FakeGrid(Grid):
+    """Every silo's ClientApp runs when a message is pushed; replies wait to be pulled."""
+
+    n: int
+    tamper: dict[str, int] = field(default_factory=dict)
+    contexts: dict[int, Context] = field(default_factory=dict)
+    activated: dict[int, str] = field(default_factory=dict)
+    replies: dict[str, Message] = field(default_factory=dict)
+    pushed: list[tuple[int, str]] = field(default_factory=list)
+    #: called before each push batch (to inject faults between stages)
+    before_push: list = field(default_factory=list)
+    _ids: Iterable[int] = field(default_factory=itertools.count)
+
+    def __post_init__(self) -> None:
+        self.app = _client_app(self.tamper)
+        for i in range(self.n):
+            self.restart(100 + i, stamp="t0")
+
+    def restart(self, node: int, *, stamp: str) -> None:
+        i = node - 100
+        self.contexts[node] = Context(
+            run_id=7,
+            node_id=node,
+            node_config={"partition-id": i, "num-partitions": self.n, "site": i},
+            state=RecordDict(),
+            run_config={},
+        )
+        self.activated[node] = stamp
+
+    @property
+    def run(self):  # type: ignore[no-untyped-def]
+        return _Run()
+
+    def set_run(self, run_id: int) -> None:  # type: ignore[override]
+        pass
+
+    def create_message(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        raise NotImplementedError
+
+    def get_node_ids(self) -> Iterable[int]:
+        return sorted(self.contexts)
+
+    def get_nodes(self):  # type: ignore[no-untyped-def]
+        return [_NodeInfo(n, self.activated[n]) for n in sorted(self.contexts)]
+
+    def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
+        for hook in list(self.before_push):
+            hook(self)
+        ids = []
+        for msg in messages:
+            mid = f"m{next(self._ids)}"  # type: ignore[call-overload]
+            msg.metadata.__dict__["_message_id"] = mid
+            node = msg.metadata.dst_node_id
+            ctx = self.contexts[node]
+            try:
+                reply = self.app(msg, ctx)
+            except Exception as exc:  # what Flower's runtime does with a raising ClientApp
+                reply = Message(Error(code=0, reason=f"{type(exc)}:<'{exc}'>"), reply_to=msg)
+            reply.metadata.__dict__["_reply_to_message_id"] = mid
+            self.replies[mid] = reply
+            kind = (
+                message_from(msg.content).__class__.__name__ if "codedfl.msg" in msg.content else ""
+            )
+            self.pushed.append((node, kind))
+            ids.append(mid)
+        return ids
+
+    def pull_messages(self, message_ids: Iterable[str]) -> Iterable[Message]:  # type: ignore[override]
+        # in push order, whatever the order of the ids asked for (deterministic tests)
+        found = sorted((m for m in set(message_ids) if m in self.replies), key=lambda m: int(m[1:]))
+        return [self.replies.pop(m) for m in found]
+
+    def send_and_receive(self, messages, *, timeout=None):  # type: ignore[no-untyped-def]
+        return self.pull_messages(self.push_messages(messages))
+
+
+def _strategy(n: int, *, extra: int = 0) -> CodedSecAgg:
+    return CodedSecAgg(
+        FedAvg(fraction_evaluate=0.0, min_available_nodes=n, min_train_nodes=n),
+        num_silos=n,
+        num_stragglers=1,
+        privacy_threshold=1,
+        extra_replies=extra,
+        extra_wait=0.0,
+        round_timeout=5.0,
+        recovery_timeout=5.0,
+        key_timeout=5.0,
+        node_wait_timeout=5.0,
+        poll_interval=0.001,
+        progress=lambda r: None,
+    )
+
+
+def _start(strategy: CodedSecAgg, grid: FakeGrid, rounds: int) -> None:
+    init = ArrayRecord({"w": Array(np.zeros(D, dtype=np.float32))})
+    strategy.start(grid=grid, initial_arrays=init, num_rounds=rounds)
+
+
+def test_keys_once_per_run_and_two_round_trips() -> None:
+    grid = FakeGrid(4)
+    s = _strategy(4)
+    _start(s, grid, 3)
+    assert [r.ok for r in s.reports] == [True] * 3
+    assert [r.round_trips for r in s.reports] == [2, 2, 2]
+    assert s.key_exchanges == [(1, (0, 1, 2, 3))]
+    assert sum(kind == "KeyRequest" for _, kind in grid.pushed) == 4
+    # the upload beyond n - s came in the same pull as the one that closed the round: it is
+    # time-stamped as late, not lost (the run does not wait for it at the end)
+    assert sorted(s.late_train) == [1, 2, 3]
+
+
+def test_restarted_silo_is_rekeyed_before_the_next_round() -> None:
+    grid = FakeGrid(4)
+    s = _strategy(4)
+    pushes: list[int] = []
+
+    def restart_after_round_1(g: FakeGrid) -> None:
+        pushes.append(1)
+        # pushes: keys, train 1, recovery 1, then round 2 begins: restart node 102 first
+        if len(pushes) == 4:
+            g.restart(102, stamp="t1")
+
+    grid.before_push.append(restart_after_round_1)
+    _start(s, grid, 3)
+    assert all(r.ok for r in s.reports)
+    assert s.key_exchanges == [(1, (0, 1, 2, 3)), (3, (2,))]
+    # round 2 ran without new keys for silo 2 (restarted just before its train request was
+    # pushed): it said it had none; round 3 began with its rekey (one more round trip)
+    assert NEEDS_KEYS in s.reports[1].errors[2]
+    assert s.reports[2].rekeyed == (2,) and s.reports[2].round_trips == 3
+    assert 2 not in s.reports[2].errors and s.reports[2].replies_used == 3
+
+
+def test_restart_seen_by_activation_time_is_rekeyed_without_a_failed_round() -> None:
+    grid = FakeGrid(4)
+    s = _strategy(4)
+    rounds_seen: list[int] = []
+
+    def progress(r):  # type: ignore[no-untyped-def]
+        rounds_seen.append(r.round)
+        if r.round == 1:  # between rounds 1 and 2 the SuperNode of silo 1 restarts
+            grid.restart(101, stamp="t1")
+
+    s.progress = progress
+    _start(s, grid, 3)
+    assert all(r.ok for r in s.reports) and rounds_seen == [1, 2, 3]
+    assert s.key_exchanges == [(1, (0, 1, 2, 3)), (2, (1,))]
+    assert s.reports[1].rekeyed == (1,) and not s.reports[1].errors
+    assert [r.round_trips for r in s.reports] == [2, 3, 2]
+
+
+@pytest.mark.parametrize("extra", [0, 1])
+def test_tampered_share_is_refused_and_its_sender_named(extra: int) -> None:
+    # silo 0 alters the share it seals for silo 1; silo 1 refuses it and names silo 0
+    grid = FakeGrid(4, tamper={"site": 0, "target": 1})
+    s = _strategy(4, extra=extra)
+    _start(s, grid, 2)
+    for rep in s.reports:
+        assert rep.round_trips == 2
+        if 0 in rep.errors or 1 not in rep.errors:
+            continue
+        assert accused_in(rep.errors[1]) == 0
+        assert "silo 0" in rep.accused[0] and "silo 1" in rep.accused[0]
+        assert "accused" in rep.line()
+    assert any(0 in rep.accused for rep in s.reports)
+    # the unauthenticated share never reaches a sum: a round either aborted or was decoded
+    # without silo 1's recovery reply
+    for rep in s.reports:
+        if rep.ok:
+            assert rep.responders >= 1
