@@ -437,7 +437,7 @@ class CodedSecAgg(Strategy):
     def _activations(grid: Grid) -> dict[int, str]:
         """node -> when the SuperLink last (re)activated it ("" where it does not say)."""
         try:
-            infos = list(grid.get_nodes())  # type: ignore[attr-defined]
+            infos = list(grid.get_nodes())
         except Exception:  # a grid without get_nodes (older Flower, test doubles)
             return {}
         return {

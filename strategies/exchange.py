@@ -129,7 +129,7 @@ class Exchange:
 
     def _record_late(self, mid: str, reply: Message) -> None:
         p = self._lingering.pop(mid)
-        reason = reply.error.reason if reply.has_error() else ""
+        reason = str(reply.error.reason or "") if reply.has_error() else ""
         self.late.append(
             LateReply(
                 p.node_id, p.stage, p.round, time.monotonic() - p.started, reply.has_error(), reason
