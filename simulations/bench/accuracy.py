@@ -7,8 +7,9 @@ Run: ``python -m simulations.bench accuracy --out FILE.json [--quick]``.
    both schemes; settings: IID and Dirichlet(0.5) partitions, with and without dropouts (2 silos
    fail in every round), FedAvg and FedAdam as the inner strategy. Per round: the held-out
    accuracy of both; per setting: the final difference (goal: |ours - plain| <= 0.5 percentage
-   points), and, with dropouts, ours against plain FedAvg *without* dropouts too (coded-fl
-   decodes the exact sum of all partitions, so dropouts should not change its model at all).
+   points, settings without dropouts), and, with dropouts, ours against plain FedAvg *without*
+   dropouts (coded-fl decodes the exact sum of all partitions, so dropouts should not change its
+   model at all; plain FedAvg with the same dropouts loses the dropped silos' data).
 2. Quantization error of the aggregate against the scale (:mod:`simulations.accuracy.quantization`,
    in-memory harness), next to its bound K / scale; plus the model difference after round 1 in
    the Flower runs (same start, so that is the integration's quantization error).
@@ -35,7 +36,7 @@ SETTINGS = [
     (0.5, "fedavg", 0),
     (0.5, "fedavg", 2),
     (0.0, "fedadam", 0),
-    (0.5, "fedadam", 2),
+    (0.0, "fedadam", 2),
 ]
 
 
@@ -50,8 +51,8 @@ def _run_setting(args: list[str], limit: float) -> dict[str, Any]:
 
 def _flower(report: Report, quick: bool) -> None:
     if quick:
-        settings = [(0.0, "fedavg", 1)]
-        common = ["--silos", "5", "--s", "1", "--rounds", "2", "--lr", "0.1"]
+        settings = [(0.0, "fedavg", 0), (0.0, "fedavg", 1)]
+        common = ["--silos", "4", "--s", "1", "--rounds", "2", "--lr", "0.1"]
         limit = 150.0
     else:
         settings = SETTINGS
@@ -92,27 +93,44 @@ def _flower(report: Report, quick: bool) -> None:
             seconds=time.perf_counter() - t0,
         )
         print(f"[accuracy] setting {i}/{len(settings)} done", flush=True)
-    diffs = [abs(r["difference_pp"]) for r in report.rows if r.get("kind") == "accuracy"]
-    report.goal(
-        "max |final accuracy ours - plain FedAvg| over the settings (percentage points)",
-        max(diffs),
-        0.5,
-        applies=not quick,
-    )
-    # with dropouts, against plain FedAvg without them (same partition and inner strategy)
+    same = [r for r in report.rows if r.get("kind") == "accuracy"]
+    nodrop = [abs(r["difference_pp"]) for r in same if r["drop"] == 0]
+    if nodrop:
+        report.goal(
+            "accuracy: max |final accuracy coded-fl - plain FedAvg| after the same rounds, "
+            "settings without dropouts (percentage points)",
+            max(nodrop),
+            0.5,
+            applies=not quick,
+        )
+    # with dropouts, against plain FedAvg without them (same partition and inner strategy):
+    # coded-fl decodes every partition from n - s replies, plain FedAvg loses the dropped ones
+    vs_ref = []
     for (alpha, strategy, drop), raw in runs.items():
         ref = runs.get((alpha, strategy, 0))
         if drop and ref is not None:
-            report.add(
+            row = report.add(
                 kind="accuracy_vs_no_dropout",
                 setting=raw["setting"],
                 final_ours_with_dropouts=raw["ours"]["accuracy"][-1],
+                final_plain_with_dropouts=raw["plain"]["accuracy"][-1],
                 final_plain_without_dropouts=ref["plain"]["accuracy"][-1],
                 final_ours_without_dropouts=ref["ours"]["accuracy"][-1],
                 difference_pp=100 * (raw["ours"]["accuracy"][-1] - ref["plain"]["accuracy"][-1]),
+                plain_loss_from_dropouts_pp=100
+                * (raw["plain"]["accuracy"][-1] - ref["plain"]["accuracy"][-1]),
                 ours_identical_with_and_without_dropouts=raw["ours"]["accuracy"]
                 == ref["ours"]["accuracy"],
             )
+            vs_ref.append(abs(row["difference_pp"]))
+    if vs_ref:
+        report.goal(
+            "accuracy with dropouts (2 of 10 silos fail every round): max |coded-fl - plain "
+            "FedAvg without dropouts| (percentage points)",
+            max(vs_ref),
+            0.5,
+            applies=not quick,
+        )
 
 
 def run(report: Report, *, quick: bool) -> None:

@@ -12,8 +12,8 @@ Silo times: a mod in front of the ClientApp sleeps :math:`X_i \\sim \\mathrm{Exp
 the silo trains (``SiloTimes.draw_round``, a pure function of (seed, n, round), so plain FedAvg
 and every coded run see the very same draws round by round). The real work per silo is tiny
 (a d-element vector), so the sleeps dominate; sleeping holds an actor but no CPU. Rounds follow
-a schedule: ``calib`` rounds (deterministic silo times, the expected order statistics: they
-measure the fixed per-round cost of each scheme under a realistic spread of arrivals), then
+a schedule: ``calib`` rounds (i.i.d. draws of their own, from which the benchmark measures each
+scheme's fixed per-round cost: round time minus the silo time the scheme waits for), then
 ``iid`` rounds, then ``heavy`` rounds (5 % of the silos 5-10x slower).
 
 - plain FedAvg: Message API, pushes a ``train.plain`` message to the n silos and waits for
@@ -22,14 +22,16 @@ measure the fixed per-round cost of each scheme under a realistic spread of arri
   which closes at the (n-s)-th upload.
 
 A silo whose upload a coded round did not need is told, when the round has ended, to stop
-sleeping (a flag file; it then replies with an error that the server ignores as late). So no
-silo is still busy with round r when round r + 1 starts: the i.i.d. per-round model of seed 003.
+sleeping (a flag file; it then replies with an error that the server ignores as late), and the
+next round starts once every silo has finished (marker files). So no silo is still busy with
+round r when round r + 1 starts: the i.i.d. per-round model of seed 003.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -80,18 +82,23 @@ def phase_of(conf: Any, server_round: int) -> tuple[str, int]:
 
 
 def round_draws(conf: Any, n: int, server_round: int) -> np.ndarray:
-    """The n silo times of ``server_round``. Calibration rounds use no randomness: silo times
-    are the expected order statistics :math:`E[X_{(i)}]` of the i.i.d. model, dealt out in a
-    seeded order, so uploads arrive as spread out as in a real round (the fixed cost of a
-    round depends on how many silos compute at once)."""
+    """The n silo times of ``server_round``: i.i.d. draws in the ``calib`` and ``iid`` phases
+    (separate seeds), the heavy tail in the ``heavy`` phase."""
     phase, j = phase_of(conf, server_round)
     mu, seed = float(conf["bench.mu"]), int(conf["bench.seed"])
-    if phase == "calib":
-        iid = silo_times("iid", n, mu=mu, seed=seed)
-        expected = np.array([iid.expected_order_statistic(k) for k in range(1, n + 1)])
-        return expected[np.random.default_rng([seed, n, 5, j]).permutation(n)]
-    model = silo_times(phase, n, mu=mu, seed=seed)
-    return model.draw_round(seed=seed + (1000 if phase == "heavy" else 0), round_=j)
+    model = silo_times("iid" if phase == "calib" else phase, n, mu=mu, seed=seed)
+    offset = {"iid": 0, "heavy": 1000, "calib": 2000}[phase]
+    return model.draw_round(seed=seed + offset, round_=j)
+
+
+def _flag(conf: Any, server_round: int) -> Path:
+    """The file that tells the silos of ``server_round`` that the round is over."""
+    return Path(str(conf["bench.flags"])) / f"{conf['bench.tag']}-{server_round}.stop"
+
+
+def _done_dir(conf: Any, server_round: int) -> Path:
+    """Where each silo marks its train message of ``server_round`` as finished."""
+    return Path(str(conf["bench.flags"])) / f"{conf['bench.tag']}-{server_round}"
 
 
 # ---------------------------------------------------------------------------- client side
@@ -107,13 +114,20 @@ def delay_mod(msg: Message, context: Context, call_next):  # type: ignore[no-unt
     silo = int(context.node_config["partition-id"])
     r = int(conf["server-round"])
     delay = float(round_draws(conf, int(conf["bench.n"]), r)[silo])
-    flag = Path(str(conf["bench.flags"])) / f"{conf['bench.tag']}-{r}"
+    flag = _flag(conf, r)
     end = time.monotonic() + delay
-    while (left := end - time.monotonic()) > 0:
-        if flag.exists():
-            return Message(Error(code=0, reason="round closed: straggler stopped"), reply_to=msg)
-        time.sleep(min(POLL, left))
-    return call_next(msg, context)
+    try:
+        while (left := end - time.monotonic()) > 0:
+            if flag.exists():
+                return Message(
+                    Error(code=0, reason="round closed: straggler stopped"), reply_to=msg
+                )
+            time.sleep(min(POLL, left))
+        return call_next(msg, context)
+    finally:  # the server starts the next round only once every silo is done with this one
+        done = _done_dir(conf, r)
+        done.mkdir(exist_ok=True)
+        (done / str(silo)).touch()
 
 
 def make_client_app() -> ClientApp:
@@ -215,13 +229,12 @@ def _plain_rounds(
 
 
 def _coded_rounds(
-    grid: Grid, arrays: ArrayRecord, conf: ConfigRecord, total: int, n: int, s: int, flags: Path
+    grid: Grid, arrays: ArrayRecord, conf: ConfigRecord, total: int, n: int, s: int
 ) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
-    tag = str(conf["bench.tag"])
 
     def progress(rep: RoundReport) -> None:
-        (flags / f"{tag}-{rep.round}").touch()  # stragglers: stop, the round is over
+        _flag(conf, rep.round).touch()  # stragglers: stop, the round is over
         phase, j = phase_of(conf, rep.round)
         x = np.sort(round_draws(conf, n, rep.round))
         rows.append(
@@ -243,7 +256,13 @@ def _coded_rounds(
             f"{'ok' if rep.ok else 'ABORTED ' + rep.reason}, closed {rep.close_seconds:.2f}s, "
             f"round {rep.seconds:.2f}s ((n-s)-th silo drew {x[n - s - 1]:.2f}s)"
         )
-        time.sleep(0.15)  # let the stopped stragglers' replies come back before the next round
+        # A silo still busy with round r when round r + 1 reaches it would write its stale
+        # state back over the new one (Flower stores a node's context after each message):
+        # wait until every silo has finished this round's train message (bounded).
+        done, deadline = _done_dir(conf, rep.round), time.monotonic() + 60.0
+        while time.monotonic() < deadline and (not done.exists() or len(os.listdir(done)) < n):
+            time.sleep(0.01)
+        time.sleep(0.05)  # the engine stores the context right after the reply
 
     strategy = CodedSecAgg(
         FedAvg(fraction_evaluate=0.0, min_available_nodes=n, min_train_nodes=n),
@@ -295,7 +314,7 @@ def make_server_app(opts: argparse.Namespace, out: dict[str, Any]) -> ServerApp:
             out["runs"].append({"n": n, "scheme": "plain", "s": 0, "rounds": plain})
             for s in opts.s_for[n]:
                 conf = ConfigRecord({**base, "bench.tag": f"coded-{n}-{s}"})
-                rows = _coded_rounds(view, arrays, conf, total, n, s, flags)
+                rows = _coded_rounds(view, arrays, conf, total, n, s)
                 out["runs"].append({"n": n, "scheme": "coded", "s": s, "rounds": rows})
             out["memory"] = memory()
 
@@ -309,9 +328,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--s", default="10:1/2/5,20:2/5/10,50:5/10/25", help="n:s/s/...,...")
     ap.add_argument("--mu", type=float, default=1.0)
     ap.add_argument("--d", type=int, default=1000)
-    ap.add_argument("--calib", type=int, default=3)
-    ap.add_argument("--iid", type=int, default=20)
-    ap.add_argument("--heavy", type=int, default=6)
+    ap.add_argument("--calib", type=int, default=4)
+    ap.add_argument("--iid", type=int, default=14)
+    ap.add_argument("--heavy", type=int, default=4)
     ap.add_argument("--seed", type=int, default=3)
     ap.add_argument("--warmup-timeout", type=float, default=600.0)
     opts = ap.parse_args(argv)

@@ -75,6 +75,9 @@ def _fixtures(tmp: Path) -> Path:
             "theory_with_fixed_costs": 1.6,
             "fixed_plain": 0.1,
             "fixed_coded": 0.3,
+            "close_after_draw": 0.2,
+            "waiting_would_add": 2.0,
+            "corrected_speedup": 1.9,
         }
         for m in ("iid", "heavy")
         for s in (1, 2)
@@ -250,6 +253,13 @@ def test_flower_rows_arithmetic() -> None:
     assert row["straggler_speedup"] == pytest.approx((2.7 - 0.2) / (1.4 - 0.4))
     assert row["sample_speedup"] == pytest.approx(2.5 / 1.0)
     assert row["theory_speedup"] == pytest.approx(2.928968 / (2.928968 - 1.5), rel=1e-6)
+    assert row["corrected_speedup"] == pytest.approx(
+        row["straggler_speedup"] * row["theory_speedup"] / row["sample_speedup"]
+    )
+    assert row["relative_error"] == pytest.approx(
+        row["corrected_speedup"] / row["theory_speedup"] - 1
+    )
+    assert row["close_after_draw"] == pytest.approx(0.3) and row["waiting_would_add"] == 1.5
 
 
 def test_s_grid() -> None:
