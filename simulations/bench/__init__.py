@@ -6,10 +6,12 @@ it; absolute times on a shared 2-core machine are noisy, ratios measured side by
 
 #: name -> module under simulations.bench that defines ``run(report, quick)``.
 BENCHMARKS = {
+    "accuracy": "simulations.bench.accuracy",
     "codes": "simulations.bench.codes",
     "deploy": "simulations.bench.deploy",
     "kernels": "simulations.bench.kernels",
     "protocol": "simulations.bench.protocol",
     "rounds": "simulations.bench.rounds",
     "shuffling": "simulations.bench.shuffling",
+    "stragglers": "simulations.bench.stragglers",
 }

@@ -1,0 +1,187 @@
+"""A discrete-event simulation of one round on a virtual clock: plain FedAvg vs coded-fl.
+
+Both schemes see the same silo times :math:`X_i` (:class:`~simulations.stragglers.model.SiloTimes`)
+and the same network; the compute steps cost what :mod:`simulations.stragglers.costs` measured.
+
+Plain FedAvg (waits for every silo)::
+
+    model download -> X_i -> serialise (plain_client) -> upload 4d bytes
+    -> server parses and adds each upload in arrival order (plain_server, one at a time)
+    -> round ends when the n-th upload is added
+
+coded-fl (closes at the (n-s)-th upload)::
+
+    model download -> X_i -> quantize/encode/mask/share (client_upload) -> upload
+    -> server checks each upload in arrival order (server_upload, one at a time)
+    -> at the (n-s)-th: close_collection (server_close), n-s recovery requests sent one after
+       another on the server's link -> each survivor opens its shares (client_recovery) and
+       replies -> the server takes the replies in order (server_recovery) -> after U of them,
+       finish (server_finish)
+
+Network: one-way ``latency``; every silo link has ``silo_bandwidth``; the server's link
+(``server_bandwidth``) is shared, so messages through it queue (FIFO). The download of the model
+is the same for both schemes (sent to the silos one after another). Times in seconds.
+
+With every cost and the network set to zero the simulation reduces to the order statistics of
+seed 003 (``Costs.zero()``): a check that the event logic is right.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from simulations.stragglers.costs import CostModel, privacy_for
+from simulations.stragglers.model import SiloTimes
+
+__all__ = ["Network", "RoundTimes", "StepSeconds", "simulate"]
+
+
+@dataclass(frozen=True)
+class Network:
+    """One-way latency (s) and bandwidths (bytes/s): 1 Gbit/s silos, a 10 Gbit/s server."""
+
+    latency: float = 0.005
+    silo_bandwidth: float = 125e6
+    server_bandwidth: float = 1.25e9
+
+    @classmethod
+    def instant(cls) -> Network:
+        return cls(latency=0.0, silo_bandwidth=float("inf"), server_bandwidth=float("inf"))
+
+
+@dataclass(frozen=True)
+class StepSeconds:
+    """The step costs and message sizes of one (n, s, d)."""
+
+    client_upload: float = 0.0
+    server_upload: float = 0.0
+    server_close: float = 0.0
+    client_recovery: float = 0.0
+    server_recovery: float = 0.0
+    server_finish: float = 0.0
+    plain_client: float = 0.0
+    plain_server: float = 0.0
+    model_bytes: int = 0
+    upload_bytes: int = 0
+    recovery_request_bytes: int = 0
+    recovery_reply_bytes: int = 0
+    plain_upload_bytes: int = 0
+
+    @classmethod
+    def zero(cls) -> StepSeconds:
+        return cls()
+
+    @classmethod
+    def from_model(cls, model: CostModel, *, n: int, s: int, d: int) -> StepSeconds:
+        steps = {
+            k: model.seconds(k, n=n, s=s, d=d)
+            for k in (
+                "client_upload",
+                "server_upload",
+                "server_close",
+                "client_recovery",
+                "server_recovery",
+                "server_finish",
+                "plain_client",
+                "plain_server",
+            )
+        }
+        sizes = {
+            f"{k}_bytes": model.bytes(k, n=n, s=s, d=d)
+            for k in ("upload", "recovery_request", "recovery_reply", "plain_upload")
+        }
+        return cls(**steps, model_bytes=4 * d, **sizes)
+
+
+@dataclass
+class RoundTimes:
+    """Per-round wall times (seconds) of the two schemes over the same silo times."""
+
+    plain: np.ndarray
+    coded: np.ndarray
+    close: np.ndarray  # when the coded round closed collection
+    wait_all: np.ndarray  # X_(n) of each round (the order statistics alone)
+    wait_coded: np.ndarray  # X_(n-s)
+
+    @property
+    def speedup(self) -> float:
+        return float(self.plain.mean() / self.coded.mean())
+
+    @property
+    def order_statistic_speedup(self) -> float:
+        return float(self.wait_all.mean() / self.wait_coded.mean())
+
+
+def _fifo(arrivals: np.ndarray, service: float) -> np.ndarray:
+    """Completion times of a one-at-a-time server for sorted arrivals (per row):
+    done_k = max(a_k, done_{k-1}) + c = (k+1) c + max_{j<=k} (a_j - j c)."""
+    k = np.arange(arrivals.shape[-1])
+    return np.maximum.accumulate(arrivals - k * service, axis=-1) + (k + 1) * service
+
+
+def _transfer(nbytes: float, bandwidth: float) -> float:
+    return 0.0 if nbytes == 0 or np.isinf(bandwidth) else nbytes / bandwidth
+
+
+def simulate(
+    times: SiloTimes,
+    s: int,
+    *,
+    steps: StepSeconds,
+    net: Network,
+    rounds: int,
+    rng: np.random.Generator,
+    work_scaling: bool = False,
+) -> RoundTimes:
+    """Simulate ``rounds`` rounds of both schemes with the same silo times.
+
+    ``work_scaling``: a coded silo trains s + 1 partitions instead of one, so its time is
+    (s + 1) X_i (the compute redundancy of gradient coding when the silo time is all compute,
+    not latency); plain FedAvg keeps X_i.
+    """
+    n = times.n
+    if not 0 <= s < n:
+        raise ValueError(f"need 0 <= s < n, got s={s}, n={n}")
+    U = n - s
+    if not privacy_for(n, s) < U:
+        raise ValueError(f"no valid privacy threshold for n={n}, s={s}")
+    X = times.draw(rng, rounds)
+    lat = net.latency
+    # model download, one silo after another on the server's link (same for both schemes)
+    per_copy = _transfer(steps.model_bytes, net.server_bandwidth)
+    start = lat + _transfer(steps.model_bytes, net.silo_bandwidth) + per_copy * np.arange(1, n + 1)
+    start = np.broadcast_to(start, X.shape)
+
+    # plain: every upload, FIFO at the server
+    up_plain = steps.plain_client + lat + _transfer(steps.plain_upload_bytes, net.silo_bandwidth)
+    arrive = np.sort(start + X + up_plain, axis=1)
+    svc = _transfer(steps.plain_upload_bytes, net.server_bandwidth) + steps.plain_server
+    plain = _fifo(arrive, svc)[:, -1]
+
+    # coded: the first n - s uploads, then the recovery round trip and the decode
+    Xc = X * (s + 1) if work_scaling else X
+    up = steps.client_upload + lat + _transfer(steps.upload_bytes, net.silo_bandwidth)
+    arrive = np.sort(start + Xc + up, axis=1)
+    svc = _transfer(steps.upload_bytes, net.server_bandwidth) + steps.server_upload
+    close = _fifo(arrive[:, : n - s], svc)[:, -1]
+    req = _transfer(steps.recovery_request_bytes, net.server_bandwidth)
+    sent = close[:, None] + steps.server_close + req * np.arange(1, n - s + 1)
+    back = (
+        sent
+        + lat
+        + _transfer(steps.recovery_request_bytes, net.silo_bandwidth)
+        + steps.client_recovery
+        + lat
+        + _transfer(steps.recovery_reply_bytes, net.silo_bandwidth)
+    )
+    svc = _transfer(steps.recovery_reply_bytes, net.server_bandwidth) + steps.server_recovery
+    taken = _fifo(back[:, :U], svc)  # already in order: requests left in order
+    coded = taken[:, -1] + steps.server_finish
+
+    Xs = np.sort(X, axis=1)
+    Xcs = np.sort(Xc, axis=1)
+    return RoundTimes(
+        plain=plain, coded=coded, close=close, wait_all=Xs[:, -1], wait_coded=Xcs[:, n - s - 1]
+    )

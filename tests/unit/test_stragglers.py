@@ -1,0 +1,130 @@
+"""Straggler model, discrete-event simulation and cost model against theory (small n, fast)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from simulations.stragglers.costs import fit_costs, measure_step_costs
+from simulations.stragglers.des import Network, StepSeconds, _fifo, simulate
+from simulations.stragglers.model import SiloTimes, _integrate_order_statistic, harmonic
+
+
+def test_harmonic() -> None:
+    assert harmonic(0) == 0.0
+    assert harmonic(1) == 1.0
+    assert harmonic(4) == pytest.approx(1 + 1 / 2 + 1 / 3 + 1 / 4)
+    with pytest.raises(ValueError):
+        harmonic(-1)
+
+
+@pytest.mark.parametrize("n", [1, 5, 20, 100])
+def test_iid_order_statistics_closed_form_and_integral_agree(n: int) -> None:
+    m = SiloTimes.iid(n, mu=2.0)
+    for k in sorted({1, max(1, n // 2), n}):
+        closed = (harmonic(n) - harmonic(n - k)) / 2.0
+        assert m.expected_order_statistic(k) == pytest.approx(closed, rel=1e-12)
+        assert _integrate_order_statistic(m.rates(), k, fast_rate=2.0) == pytest.approx(
+            closed, rel=1e-4
+        )
+    assert m.expected_wait_all() == pytest.approx(harmonic(n) / 2.0)
+
+
+def test_seed_003_example() -> None:
+    """Seed 003's worked example: n = 100, mu = 1, s = 20 and s = 50."""
+    m = SiloTimes.iid(100, mu=1.0)
+    assert m.expected_wait_all() == pytest.approx(5.187, abs=1e-3)
+    assert m.expected_wait_coded(20) == pytest.approx(5.187 - 3.598, abs=1e-3)
+    assert m.theoretical_speedup(50) == pytest.approx(5.187 / (5.187 - 4.499), rel=1e-3)
+
+
+def test_heavy_tail_integral_matches_monte_carlo() -> None:
+    m = SiloTimes.heavy_tail(40, mu=1.0, seed=3)
+    assert len(m.slow) == 2 and all(5 <= f <= 10 for f in m.factors)
+    x = np.sort(m.draw(np.random.default_rng(0), 40_000), axis=1)
+    for k in (40, 38, 30):
+        mc = x[:, k - 1].mean()
+        assert m.expected_order_statistic(k) == pytest.approx(mc, rel=0.03)
+
+
+def test_draw_round_is_a_pure_function() -> None:
+    m = SiloTimes.iid(7, mu=1.0)
+    a = m.draw_round(seed=5, round_=3)
+    assert np.array_equal(a, m.draw_round(seed=5, round_=3))
+    assert not np.array_equal(a, m.draw_round(seed=5, round_=4))
+
+
+def test_invalid_models_are_refused() -> None:
+    with pytest.raises(ValueError):
+        SiloTimes(n=3, mu=0.0)
+    with pytest.raises(ValueError):
+        SiloTimes(n=3, mu=1.0, slow=(5,), factors=(2.0,))
+    with pytest.raises(ValueError):
+        SiloTimes.iid(3, mu=1.0).expected_order_statistic(4)
+
+
+def test_fifo_queue() -> None:
+    a = np.array([[0.0, 0.0, 5.0, 5.5]])
+    # service 1: done at 1, 2, 6, 7
+    assert _fifo(a, 1.0).tolist() == [[1.0, 2.0, 6.0, 7.0]]
+
+
+@pytest.mark.parametrize(("n", "s"), [(10, 1), (10, 5), (30, 6)])
+def test_des_without_costs_is_the_order_statistic_theory(n: int, s: int) -> None:
+    m = SiloTimes.iid(n, mu=1.0)
+    rt = simulate(
+        m,
+        s,
+        steps=StepSeconds.zero(),
+        net=Network.instant(),
+        rounds=20_000,
+        rng=np.random.default_rng(1),
+    )
+    np.testing.assert_allclose(rt.plain, rt.wait_all)
+    np.testing.assert_allclose(rt.coded, rt.wait_coded)
+    assert rt.speedup == pytest.approx(m.theoretical_speedup(s), rel=0.03)
+
+
+def test_des_costs_only_slow_the_rounds_down() -> None:
+    m = SiloTimes.iid(10, mu=1.0)
+    steps = StepSeconds(
+        client_upload=0.1,
+        server_upload=0.01,
+        server_finish=0.2,
+        plain_client=0.01,
+        upload_bytes=10**6,
+        plain_upload_bytes=10**5,
+    )
+    kw = {"rounds": 500}
+    free = simulate(
+        m, 2, steps=StepSeconds.zero(), net=Network.instant(), rng=np.random.default_rng(2), **kw
+    )
+    paid = simulate(m, 2, steps=steps, net=Network(), rng=np.random.default_rng(2), **kw)
+    assert (paid.coded > free.coded).all() and (paid.plain >= free.plain).all()
+    assert (paid.coded >= paid.close + 0.2).all()
+
+
+def test_work_scaling_costs_s_plus_one() -> None:
+    m = SiloTimes.iid(10, mu=1.0)
+    rt = simulate(
+        m,
+        2,
+        steps=StepSeconds.zero(),
+        net=Network.instant(),
+        rounds=20_000,
+        rng=np.random.default_rng(3),
+        work_scaling=True,
+    )
+    expect = m.expected_wait_all() / (3 * m.expected_wait_coded(2))
+    assert rt.speedup == pytest.approx(expect, rel=0.03)
+
+
+def test_cost_model_sizes_match_the_codec_and_fit_is_sane() -> None:
+    points = [measure_step_costs(n, s, 64, rounds=1) for n, s in ((4, 1), (5, 1), (6, 2))]
+    model = fit_costs(points)
+    for p in points:
+        for what in ("train_request", "upload", "recovery_request", "recovery_reply"):
+            assert model.bytes(what, n=p.n, s=p.s, d=p.d) == getattr(p, f"{what}_bytes")
+        assert model.seconds("client_upload", n=p.n, s=p.s, d=p.d) >= 0
+    with pytest.raises(ValueError):
+        model.bytes("nonsense", n=4, s=1, d=64)
