@@ -41,6 +41,7 @@ from strategies.records import (
     TrainSpec,
     accused_in,
     flatten,
+    keep_layout,
     message_from,
     message_record,
     unflatten,
@@ -605,6 +606,13 @@ class CodedSecAgg(Strategy):
             reply_to=template,
         )
         agg_arrays, agg_metrics = self.strategy.aggregate_train(report.round, [reply])
+        if agg_arrays is None:
+            report.reason = (
+                f"the wrapped {type(self.strategy).__name__}.aggregate_train returned no arrays"
+            )
+            report.seconds = time.monotonic() - t0
+            return report
+        agg_arrays = keep_layout(agg_arrays, arrays)
         report.ok = True
         report.arrays = agg_arrays
         report.train_metrics = agg_metrics

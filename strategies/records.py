@@ -34,6 +34,7 @@ __all__ = [
     "accusation_tag",
     "accused_in",
     "flatten",
+    "keep_layout",
     "message_from",
     "message_record",
     "unflatten",
@@ -153,6 +154,30 @@ def unflatten(vector: torch.Tensor, like: ArrayRecord) -> ArrayRecord:
         pos += size
     if pos != flat.size:
         raise ConfigurationError(f"vector has {flat.size} elements, the model {pos}")
+    return out
+
+
+def keep_layout(got: ArrayRecord, like: ArrayRecord) -> ArrayRecord:
+    """``got`` with each floating array cast back to the dtype of the same array in ``like``.
+
+    Server-side optimisers may change the dtype of the model (under NumPy 2, FedAdam's float64
+    step promotes a float32 model to float64); the silos train the model they are sent and
+    their replies must keep its layout, so the global model keeps the dtypes it started with.
+    Arrays whose name or shape differ are left as they are."""
+    out = ArrayRecord()
+    for name, arr in got.items():
+        ref = like.get(name) if name in like else None
+        value = arr.numpy()
+        if (
+            isinstance(ref, Array)
+            and tuple(ref.shape) == tuple(value.shape)
+            and np.dtype(ref.dtype) != value.dtype
+            and np.issubdtype(value.dtype, np.floating)
+            and np.issubdtype(np.dtype(ref.dtype), np.floating)
+        ):
+            out[name] = Array(np.ascontiguousarray(value.astype(ref.dtype)))
+        else:
+            out[name] = arr
     return out
 
 

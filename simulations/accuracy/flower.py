@@ -135,10 +135,9 @@ class Float32FedAdam(FedAdam):
     """FedAdam whose new model keeps the float32 dtype of the model it started from.
 
     Under NumPy >= 2 FedAdam's step size is a float64 NumPy scalar, which promotes the float32
-    model to float64 (NEP 50). Plain FedAdam does not mind (the ClientApp loads the float64
-    arrays into a float32 network), but ``coded_secagg_mod`` refuses a train reply whose arrays
-    differ in dtype from the model it was sent, so ``CodedSecAgg(FedAdam())`` aborts every
-    round after the first. Both schemes use this class, so the comparison stays fair.
+    model to float64 (NEP 50). ``CodedSecAgg`` casts the model back to the dtypes it started
+    with (the silos must return the layout they were sent); plain FedAdam would carry on in
+    float64. Both schemes use this class, so they compute in the same precision.
     """
 
     def aggregate_train(self, server_round, replies):  # type: ignore[no-untyped-def]

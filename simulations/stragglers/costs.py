@@ -212,8 +212,9 @@ class CostModel:
         k = n - s
         sizes = {
             "train_request": 33 + 40 * n,
-            "upload": 37 + 4 * d + (n - 1) * (24 + 4 * m),
-            "recovery_request": 37 + 12 * k + (k - 1) * (16 + 4 * m),
+            "upload": 37 + 4 * d + n * (24 + 4 * m),  # its own share too (sealed to itself)
+            # per survivor: index and weight (12), public key (36), the share sealed to the silo
+            "recovery_request": 37 + 48 * k + k * (16 + 4 * m),
             "recovery_reply": 37 + 4 * m,
             "plain_upload": 4 * d,
         }
