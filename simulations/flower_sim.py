@@ -94,7 +94,7 @@ def run_child(module: str, args: Sequence[str], *, timeout: float) -> int:
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH", "")]))
     with tempfile.TemporaryDirectory(prefix="codedfl-flwr-") as home:
         env["FLWR_HOME"] = home
-        proc = subprocess.Popen(  # noqa: S603 - our own interpreter and module
+        proc = subprocess.Popen(
             [sys.executable, "-m", module, *args], env=env, start_new_session=True
         )
         try:
