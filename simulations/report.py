@@ -402,6 +402,14 @@ def _rounds(b: dict[str, Any]) -> list[str]:
 SECTIONS = {"stragglers": _stragglers, "accuracy": _accuracy, "rounds": _rounds}
 
 
+def _shown(path: Path) -> str:
+    """``path`` relative to the working directory where it lies below it (no home paths)."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
 def write_report(bench_dir: Path, out: Path, *, run_log: dict[str, Any] | None = None) -> Path:
     """Draw the figures and write the Markdown report; returns its path."""
     benches = load(bench_dir)
@@ -411,8 +419,8 @@ def write_report(bench_dir: Path, out: Path, *, run_log: dict[str, Any] | None =
         "# coded-fl: evidence report",
         "",
         f"Generated {now} by `python -m simulations.report` from the benchmark JSON files in "
-        f"`{bench_dir}`. Regenerate everything (runs every benchmark at full size, then writes "
-        "this file): `python -m simulations.report --run`.",
+        f"`{_shown(bench_dir)}`. Regenerate everything (runs every benchmark at full size, then "
+        "writes this file): `python -m simulations.report --run`.",
         "",
     ]
     log = run_log
