@@ -20,11 +20,10 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from flwr.app import ArrayRecord, ConfigRecord, Context, Error, Message, MetricRecord, RecordDict
+from flwr.app import ArrayRecord, ConfigRecord, Context, Error, Message, MetricRecord
 from flwr.clientapp.typing import ClientAppCallable, Mod
 from flwr.serverapp import Grid, ServerApp
 from flwr.simulation import run_simulation
-from flwr.supercore.run import Run
 
 from clients.shuffle import STATE_KEY, shuffle_client_app
 from coded_fl.shuffling import (
@@ -46,6 +45,7 @@ from coded_fl.shuffling.wire import (
     PlanRequest,
     ShuffleJob,
 )
+from strategies.roster import GridView
 from strategies.shuffle import ShuffleRelay
 from strategies.shuffle_records import packet_from
 
@@ -81,11 +81,11 @@ class FlowerShuffle:
     stores: list[UnitStore]
 
 
-class RecordingGrid(Grid):
+class RecordingGrid(GridView):
     """Delegates to ``grid`` and keeps the bytes of every message content pushed or pulled."""
 
     def __init__(self, grid: Grid) -> None:
-        self._grid = grid
+        super().__init__(grid)
         self.seen: list[bytes] = []
         self._lock = threading.Lock()
 
@@ -100,26 +100,6 @@ class RecordingGrid(Grid):
                         self.seen += [a.data for a in rec.values()]
                     elif isinstance(rec, (ConfigRecord, MetricRecord)):
                         self.seen.append(repr(dict(rec.items())).encode())
-
-    def set_run(self, run_id: int) -> None:  # type: ignore[override]
-        self._grid.set_run(run_id)  # type: ignore[arg-type]
-
-    @property
-    def run(self) -> Run:
-        return self._grid.run
-
-    def create_message(
-        self,
-        content: RecordDict,
-        message_type: str,
-        dst_node_id: int,
-        group_id: str,
-        ttl: float | None = None,
-    ) -> Message:
-        return self._grid.create_message(content, message_type, dst_node_id, group_id, ttl)
-
-    def get_node_ids(self) -> Iterable[int]:
-        return self._grid.get_node_ids()
 
     def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
         msgs = list(messages)

@@ -33,10 +33,12 @@ __all__ = [
     "TrainSpec",
     "accusation_tag",
     "accused_in",
+    "bytes_record",
     "flatten",
     "keep_layout",
     "message_from",
     "message_record",
+    "record_bytes",
     "unflatten",
 ]
 
@@ -57,23 +59,35 @@ def accused_in(reason: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
+def bytes_record(raw: bytes) -> ArrayRecord:
+    """Encoded bytes as a Flower ArrayRecord (one uint8 Array ``"msg"``, so that Flower chunks
+    large messages like any model)."""
+    return ArrayRecord({"msg": Array(np.frombuffer(raw, dtype=np.uint8))})
+
+
+def record_bytes(content: RecordDict, key: str) -> bytes | None:
+    """The bytes :func:`bytes_record` put under ``key``, or None if ``content`` has no ``key``
+    (RemoteProtocolError if the record there is not such a record)."""
+    if key not in content:
+        return None
+    rec = content[key]
+    if not isinstance(rec, ArrayRecord) or "msg" not in rec:
+        raise RemoteProtocolError(f"'{key}' must be an ArrayRecord holding one Array 'msg'")
+    arr = rec["msg"].numpy()
+    if arr.dtype != np.uint8 or arr.ndim != 1:
+        raise RemoteProtocolError(f"'{key}' must hold a 1-D uint8 array")
+    return arr.tobytes()
+
+
 def message_record(msg: Message) -> ArrayRecord:
     """An encoded protocol message as a Flower ArrayRecord."""
-    raw = np.frombuffer(encode(msg), dtype=np.uint8)
-    return ArrayRecord({"msg": Array(raw)})
+    return bytes_record(encode(msg))
 
 
 def message_from(content: RecordDict) -> Message | None:
     """The protocol message in a RecordDict, or None if it carries none."""
-    if MSG_KEY not in content:
-        return None
-    rec = content[MSG_KEY]
-    if not isinstance(rec, ArrayRecord) or "msg" not in rec:
-        raise RemoteProtocolError(f"'{MSG_KEY}' must be an ArrayRecord holding one Array 'msg'")
-    arr = rec["msg"].numpy()
-    if arr.dtype != np.uint8 or arr.ndim != 1:
-        raise RemoteProtocolError(f"'{MSG_KEY}' must hold a 1-D uint8 array")
-    return decode(arr.tobytes())
+    raw = record_bytes(content, MSG_KEY)
+    return None if raw is None else decode(raw)
 
 
 @dataclass(frozen=True)

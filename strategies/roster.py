@@ -13,15 +13,14 @@ from collections.abc import Iterable
 from flwr.app import Message, RecordDict
 from flwr.serverapp import Grid
 
-__all__ = ["RosterGrid"]
+__all__ = ["GridView", "RosterGrid"]
 
 
-class RosterGrid(Grid):
-    """Delegates to ``grid``; ``get_node_ids`` returns only ``nodes``."""
+class GridView(Grid):
+    """A Grid that delegates every call to ``grid``; subclasses override what they change."""
 
-    def __init__(self, grid: Grid, nodes: Iterable[int]) -> None:
+    def __init__(self, grid: Grid) -> None:
         self._grid = grid
-        self._nodes = list(nodes)
 
     def set_run(self, run_id: int) -> None:  # type: ignore[override]
         self._grid.set_run(run_id)  # type: ignore[arg-type]
@@ -41,19 +40,33 @@ class RosterGrid(Grid):
         return self._grid.create_message(content, message_type, dst_node_id, group_id, ttl)
 
     def get_node_ids(self) -> Iterable[int]:
-        return list(self._nodes)
+        return self._grid.get_node_ids()
 
     def get_nodes(self):
-        wanted = set(self._nodes)
-        return [n for n in self._grid.get_nodes() if getattr(n, "node_id", None) in wanted]
+        return self._grid.get_nodes()
 
     def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
         return self._grid.push_messages(messages)
 
-    def pull_messages(self, message_ids: Iterable[str]) -> Iterable[str]:  # type: ignore[override]
-        return self._grid.pull_messages(message_ids)  # type: ignore[return-value]
+    def pull_messages(self, message_ids: Iterable[str]) -> Iterable[Message]:
+        return self._grid.pull_messages(message_ids)
 
     def send_and_receive(
         self, messages: Iterable[Message], *, timeout: float | None = None
     ) -> Iterable[Message]:
         return self._grid.send_and_receive(messages, timeout=timeout)
+
+
+class RosterGrid(GridView):
+    """Delegates to ``grid``; ``get_node_ids`` (and ``get_nodes``) return only ``nodes``."""
+
+    def __init__(self, grid: Grid, nodes: Iterable[int]) -> None:
+        super().__init__(grid)
+        self._nodes = list(nodes)
+
+    def get_node_ids(self) -> Iterable[int]:
+        return list(self._nodes)
+
+    def get_nodes(self):
+        wanted = set(self._nodes)
+        return [n for n in self._grid.get_nodes() if getattr(n, "node_id", None) in wanted]

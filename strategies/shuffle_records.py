@@ -10,11 +10,10 @@ Shuffle messages have the message type ``query.codedfl_shuffle``
 
 from __future__ import annotations
 
-import numpy as np
-from flwr.app import Array, ArrayRecord, MessageType, RecordDict
+from flwr.app import MessageType, RecordDict
 
-from coded_fl.errors import RemoteProtocolError
 from coded_fl.shuffling.wire import Packet, decode, encode
+from strategies.records import bytes_record, record_bytes
 
 __all__ = [
     "SHUFFLE_ACTION",
@@ -31,19 +30,11 @@ SHUFFLE_MESSAGE_TYPE = f"{MessageType.QUERY}.{SHUFFLE_ACTION}"
 
 def packet_content(packet: Packet) -> RecordDict:
     """A packet as the content of a Flower message."""
-    raw = np.frombuffer(encode(packet), dtype=np.uint8)
-    return RecordDict({SHUFFLE_KEY: ArrayRecord({"msg": Array(raw)})})
+    return RecordDict({SHUFFLE_KEY: bytes_record(encode(packet))})
 
 
 def packet_from(content: RecordDict) -> Packet | None:
     """The packet in a message's content, or None if it carries none (RemoteProtocolError if
     it is malformed)."""
-    if SHUFFLE_KEY not in content:
-        return None
-    rec = content[SHUFFLE_KEY]
-    if not isinstance(rec, ArrayRecord) or "msg" not in rec:
-        raise RemoteProtocolError(f"'{SHUFFLE_KEY}' must be an ArrayRecord holding one Array 'msg'")
-    arr = rec["msg"].numpy()
-    if arr.dtype != np.uint8 or arr.ndim != 1:
-        raise RemoteProtocolError(f"'{SHUFFLE_KEY}' must hold a 1-D uint8 array")
-    return decode(arr.tobytes())
+    raw = record_bytes(content, SHUFFLE_KEY)
+    return None if raw is None else decode(raw)
