@@ -181,15 +181,14 @@ def keep_layout(got: ArrayRecord, like: ArrayRecord) -> ArrayRecord:
     out = ArrayRecord()
     for name, arr in got.items():
         ref = like.get(name) if name in like else None
-        value = arr.numpy()
-        if (
+        if (  # decided on the metadata: only an array to cast is deserialised
             isinstance(ref, Array)
-            and tuple(ref.shape) == tuple(value.shape)
-            and np.dtype(ref.dtype) != value.dtype
-            and np.issubdtype(value.dtype, np.floating)
+            and tuple(ref.shape) == tuple(arr.shape)
+            and np.dtype(ref.dtype) != np.dtype(arr.dtype)
+            and np.issubdtype(np.dtype(arr.dtype), np.floating)
             and np.issubdtype(np.dtype(ref.dtype), np.floating)
         ):
-            out[name] = Array(np.ascontiguousarray(value.astype(ref.dtype)))
+            out[name] = Array(np.ascontiguousarray(arr.numpy().astype(ref.dtype)))
         else:
             out[name] = arr
     return out
