@@ -32,91 +32,191 @@ import time
 
 import numpy as np
 import torch
-from flwr.app import ConfigRecord, Context, Message, MessageType, MetricRecord, RecordDict
-from flwr.clientapp.typing import ClientAppCallable
+from flwr.app import (
+    Array,
+    ArrayRecord,
+    ConfigRecord,
+    Context,
+    Message,
+    MessageType,
+    MetricRecord,
+    RecordDict,
+)
+from flwr.clientapp.typing import ClientAppCallable, Mod
 
 from coded_fl.errors import ConfigurationError, InputError, RemoteProtocolError
 from coded_fl.kernels import warm_up
-from coded_fl.secagg.client import ClientMachine, TrainTask
-from coded_fl.secagg.messages import SERVER, KeyRequest, RecoveryRequest, TrainRequest
+from coded_fl.layout import UpdateLayout, check_same_layout, flatten
+from coded_fl.secagg.client import ClientMachine, TrainTask, misconfigured, refusal_for
+from coded_fl.secagg.messages import KeyRequest, Limits, decode, encode, peek_header
 from coded_fl.secagg.messages import Message as ProtocolMessage
-from strategies.records import (
+from coded_fl.secagg.policy import ClientPolicy
+from coded_fl.vocabulary import (
+    FRAME_ARRAY,
     INFO_KEY,
     MSG_KEY,
+    PARTITION_ENTRY,
+    SEED_ENTRY,
+    STATE_KEY,
     TRAIN_KEY,
     TrainSpec,
-    accusation_tag,
-    check_same_layout,
-    flatten,
-    message_from,
-    message_record,
+    frame,
+    is_ours,
+    read_frame,
 )
 
-__all__ = ["METRIC_BOUND", "coded_secagg_mod", "partition_seed"]
-
-STATE_KEY = "codedfl.state"
-#: Metrics travel scaled by clip_range / METRIC_BOUND (and clipped to +-METRIC_BOUND).
-METRIC_BOUND = 1000.0
+__all__ = ["coded_secagg_mod", "make_coded_secagg_mod", "partition_seed"]
 
 
 def partition_seed(run_id: str, server_round: int, partition: int) -> int:
-    """The seed every replica of ``partition`` uses in ``server_round`` (63 bits)."""
+    """The seed every replica of ``partition`` uses in ``server_round`` (63 bits).
+
+    Parameters
+    ----------
+    run_id
+        The public run id of the protocol configuration.
+    server_round, partition
+        The round and the partition index.
+
+    Returns
+    -------
+    int
+        A 63-bit seed, the same on every silo that holds ``partition``.
+    """
     h = hashlib.blake2b(
         f"{run_id}/{server_round}/{partition}".encode(), digest_size=8, person=b"codedfl-train"
     )
     return int.from_bytes(h.digest(), "little") >> 1
 
 
-def _load(context: Context) -> ClientMachine:
+def _load(context: Context, policy: ClientPolicy) -> ClientMachine:
     if STATE_KEY not in context.state.config_records:
-        return ClientMachine()
+        return ClientMachine(policy=policy)
     raw = context.state.config_records[STATE_KEY].get("state")
     if not isinstance(raw, bytes):
         raise ConfigurationError(f"context.state['{STATE_KEY}'] was overwritten by other code")
-    return ClientMachine.from_bytes(raw)
+    return ClientMachine.from_bytes(raw, policy=policy)
 
 
 def _save(context: Context, machine: ClientMachine) -> None:
     context.state[STATE_KEY] = ConfigRecord({"state": machine.to_bytes()})
 
 
+def _limits(machine: ClientMachine, raw: bytes) -> Limits | None:
+    """The limits a server message is decoded within: those of the silo's configuration, for
+    a message of that configuration (one of another session is decoded without them, and the
+    machine answers it with ``NEEDS_KEYS``)."""
+    cfg = machine.config
+    if cfg is None or peek_header(raw).digest != cfg.digest:
+        return None
+    return Limits.for_config(cfg)
+
+
+def _reply(msg: Message, proto: ProtocolMessage, info: dict[str, float] | None = None) -> Message:
+    content = RecordDict({MSG_KEY: ArrayRecord({FRAME_ARRAY: Array(frame(encode(proto)))})})
+    if info:
+        content[INFO_KEY] = ConfigRecord(info)  # type: ignore[arg-type]
+    return Message(content, reply_to=msg)
+
+
+def make_coded_secagg_mod(policy: ClientPolicy | None = None) -> Mod:
+    """A :func:`coded_secagg_mod` that refuses configurations below ``policy``'s minimums.
+
+    ::
+
+        app = ClientApp(mods=[make_coded_secagg_mod(ClientPolicy(min_privacy_threshold=2))])
+
+    Parameters
+    ----------
+    policy
+        The silo's minimums (T, U - T, n, modulus bits; see
+        :class:`coded_fl.secagg.policy.ClientPolicy`). A node's config can raise them
+        further (``codedfl.min-privacy-threshold`` etc.) and pin its silo index
+        (``codedfl.expected-silo``).
+
+    Returns
+    -------
+    Mod
+        The mod to put in ``ClientApp(mods=[...])``.
+    """
+    base = ClientPolicy() if policy is None else policy
+
+    def mod(msg: Message, context: Context, call_next: ClientAppCallable) -> Message:
+        return _handle(msg, context, call_next, base.tightened(context.node_config))
+
+    mod.__name__ = mod.__qualname__ = "coded_secagg_mod"
+    mod.__doc__ = coded_secagg_mod.__doc__
+    return mod
+
+
 def coded_secagg_mod(msg: Message, context: Context, call_next: ClientAppCallable) -> Message:
-    """Flower mod: coded secure aggregation for the train messages of a ClientApp."""
+    """Flower mod: coded secure aggregation for the train messages of a ClientApp.
+
+    The silo's minimums come from its node config (``codedfl.min-privacy-threshold``,
+    ``codedfl.min-mask-pieces``, ``codedfl.min-silos``, ``codedfl.min-modulus-bits``,
+    ``codedfl.expected-silo``); :func:`make_coded_secagg_mod` sets them in code.
+
+    Parameters
+    ----------
+    msg
+        The message Flower hands to the ClientApp.
+    context
+        The node's context; the protocol state lives in ``context.state``.
+    call_next
+        The wrapped handler (the user's train function), called once per partition.
+
+    Returns
+    -------
+    Message
+        The protocol reply (a key reply, an upload, a recovery reply or a typed refusal), or
+        for a non-train message whatever ``call_next`` returns.
+
+    Raises
+    ------
+    ConfigurationError
+        A train message without coded-fl content (the server does not run ``CodedSecAgg``).
+    CodedFLError
+        A server message or a train result that is refused; Flower turns it into an error
+        reply and the silo's state is unchanged.
+    """
+    return _handle(msg, context, call_next, ClientPolicy().tightened(context.node_config))
+
+
+def _handle(
+    msg: Message, context: Context, call_next: ClientAppCallable, policy: ClientPolicy
+) -> Message:
     if msg.metadata.message_type != MessageType.TRAIN:
         return call_next(msg, context)
-    proto = message_from(msg.content)
-    if proto is None:
+    raw = read_frame(msg.content, MSG_KEY)
+    if raw is None:
         raise ConfigurationError(
             "coded_secagg_mod received a train message without coded-fl content: wrap the "
             "server's strategy with strategies.CodedSecAgg, or remove the mod from the ClientApp"
         )
-    machine = _load(context)  # a restarted node has none: the machine says NEEDS_KEYS
+    machine = _load(context, policy)  # a restarted node has none: it refuses with NEEDS_KEYS
+    proto = decode(raw, limits=_limits(machine, raw))
     info: dict[str, float] = {}
-    reply: ProtocolMessage
-    if isinstance(proto, KeyRequest):
-        reply = machine.on_key_request(proto)
-        warm_up()  # compile/load the kernels now, not during round 1
-    elif isinstance(proto, TrainRequest):
-        task = machine.on_train_request(proto)
+    try:
+        out = machine.receive(proto)
+    except RemoteProtocolError as exc:
+        refusal = refusal_for(exc, proto)
+        if refusal is None:
+            raise
+        return _reply(msg, refusal)  # a signal the server acts on; the state is unchanged
+    if isinstance(out, TrainTask):
         t0 = time.perf_counter()
-        partials = _train_partitions(msg, context, call_next, task, machine)
-        info["train-seconds"] = time.perf_counter() - t0
-        reply = machine.upload(task, partials)
-    elif isinstance(proto, RecoveryRequest):
         try:
-            reply = machine.on_recovery_request(proto)
-        except RemoteProtocolError as exc:
-            if exc.sender is None or exc.sender == SERVER:
-                raise
-            # another silo's share failed authentication: name it, machine-readably
-            raise RemoteProtocolError(f"{exc} {accusation_tag(exc.sender)}") from None
+            partials = _train_partitions(msg, context, call_next, out, machine)
+        except ConfigurationError as exc:  # a setting the server must hear about, typed
+            return _reply(msg, misconfigured(proto, str(exc)))
+        info["train-seconds"] = time.perf_counter() - t0
+        reply: ProtocolMessage = machine.upload(out, partials)
     else:
-        raise RemoteProtocolError(f"a silo does not accept {type(proto).__name__}")
+        reply = out
+    if isinstance(proto, KeyRequest):
+        warm_up()  # compile/load the kernels now, not during round 1
     _save(context, machine)
-    content = RecordDict({MSG_KEY: message_record(reply)})
-    if info:
-        content[INFO_KEY] = ConfigRecord(info)  # type: ignore[arg-type]
-    return Message(content, reply_to=msg)
+    return _reply(msg, reply, info)
 
 
 def _train_partitions(
@@ -131,36 +231,33 @@ def _train_partitions(
         raise ConfigurationError("no protocol configuration")
     if TRAIN_KEY not in msg.content:
         raise RemoteProtocolError(f"train request lacks the '{TRAIN_KEY}' record")
-    spec = TrainSpec.from_record(msg.content[TRAIN_KEY])  # type: ignore[arg-type]
+    spec = TrainSpec.from_dict(dict(msg.content[TRAIN_KEY].items()))
     if spec.arrays_key not in msg.content:
         raise RemoteProtocolError(f"train request lacks the model under '{spec.arrays_key}'")
     model = msg.content[spec.arrays_key]
-    theta = flatten(model)  # type: ignore[arg-type]
-    d_model = theta.numel()
-    expect = d_model + 2 + len(spec.metric_keys)
-    if cfg.vector_length != expect:
+    theta = flatten(model)
+    lay = UpdateLayout(model_size=theta.numel(), metric_keys=spec.metric_keys)
+    if cfg.vector_length != lay.length:
         raise ConfigurationError(
-            f"protocol vector_length={cfg.vector_length} but the model has {d_model} values "
-            f"(+1 weight, +1 clip rate, +{len(spec.metric_keys)} metrics = {expect})"
+            f"protocol vector_length={cfg.vector_length} but the model has {lay.describe()}"
         )
-    c = cfg.clip_range
     K = cfg.gradient_code.K
     original = msg.content
     partials = []
     try:
         for k in task.partitions:
-            seed = partition_seed(cfg.run_id, task.round, k)
+            seed = partition_seed(cfg.seed_id, task.round, k)
             torch.manual_seed(seed)
             np.random.seed(seed % 2**32)
             random.seed(seed)
             # the user's function sees an ordinary train message: no coded-fl records
-            sub = RecordDict({n: r for n, r in original.items() if not n.startswith("codedfl.")})
+            sub = RecordDict({n: r for n, r in original.items() if not is_ours(n)})
             if spec.config_key in sub:
                 conf = ConfigRecord(dict(sub.config_records[spec.config_key].items()))
             else:
                 conf = ConfigRecord()
-            conf["codedfl.partition"] = k
-            conf["codedfl.seed"] = seed
+            conf[PARTITION_ENTRY] = k
+            conf[SEED_ENTRY] = seed
             sub[spec.config_key] = conf
             msg.content = sub
             sub_ctx = Context(
@@ -171,14 +268,20 @@ def _train_partitions(
                 run_config=context.run_config,
             )
             reply = call_next(msg, sub_ctx)
-            partials.append(_partial(reply, model, theta, spec, c, k))
+            partials.append(_partial(reply, model, theta, spec, lay, cfg.clip_range, k))
     finally:
         msg.content = original
     return partials
 
 
 def _partial(
-    reply: Message, model: object, theta: torch.Tensor, spec: TrainSpec, c: float, k: int
+    reply: Message,
+    model: object,
+    theta: torch.Tensor,
+    spec: TrainSpec,
+    lay: UpdateLayout,
+    c: float,
+    k: int,
 ) -> torch.Tensor:
     who = f"the train function (partition {k})"
     if reply.has_error():
@@ -200,15 +303,11 @@ def _partial(
     if rho > 1.0:
         raise ConfigurationError(
             f"{who} reported {spec.weight_key}={w:g}, more than max_weight={spec.max_weight:g}: "
-            f"set max_weight >= {w:g} in strategies.CodedSecAgg (run config codedfl-max-weight)"
+            f"set max_weight >= {w:g} in strategies.CodedSecAgg"
         )
-    delta = (flatten(arrays) - theta) * rho  # type: ignore[arg-type]
-    if not torch.isfinite(delta).all():
-        raise InputError(f"{who} produced a NaN/Inf update: lower the learning rate")
-    clipped = float((delta.abs() > c).float().mean())
-    extras = [rho * c, rho * clipped * c]
-    for name in spec.metric_keys:
-        value = float(metrics.get(name, 0.0))  # type: ignore[arg-type]
-        value = max(-METRIC_BOUND, min(METRIC_BOUND, value))
-        extras.append(rho * value * c / METRIC_BOUND)
-    return torch.cat([delta, torch.tensor(extras, dtype=torch.float32)])
+    delta = (flatten(arrays) - theta) * rho
+    values = {name: float(metrics.get(name, 0.0)) for name in spec.metric_keys}  # type: ignore[arg-type]
+    try:
+        return lay.pack(delta, rho=rho, clip_range=c, metrics=values)
+    except InputError as exc:
+        raise InputError(f"{who}: {exc}") from None

@@ -25,6 +25,7 @@ __all__ = [
     "DecodingError",
     "InputError",
     "LocalProtocolError",
+    "NeedsKeysError",
     "RemoteProtocolError",
 ]
 
@@ -51,6 +52,13 @@ class RemoteProtocolError(CodedFLError):
     def __init__(self, message: str, *, sender: int | None = None) -> None:
         super().__init__(message if sender is None else f"silo {sender}: {message}")
         self.sender = sender
+
+
+class NeedsKeysError(RemoteProtocolError):
+    """A silo holds no keys for the server's session (a restarted node, or one that missed the
+    key exchange). Not a fault: the silo answers with a typed refusal
+    (:class:`coded_fl.secagg.messages.Refusal`, code ``NEEDS_KEYS``) and the server reruns the
+    key exchange with it before the next round."""
 
 
 class DecodingError(CodedFLError):

@@ -5,6 +5,13 @@ Elements are stored as ``torch.uint32`` tensors with values in :math:`[0, p)`, :
 memory (zero copy); on other devices (CUDA) it runs as torch ``int64`` operations. Both give the
 same bits; the tests check them against galois and Python integers.
 
+Inputs: the public methods (``element``, ``coefficients``, ``validate``, ``add``, ``sub``,
+``mul``, ``neg``, ``pow``, ``inv``, ``to_signed``, and ``lincomb``/``matmul`` unless called with
+``validate=False``) refuse with :class:`~coded_fl.errors.InputError` anything that is not a
+canonical element or an integer coefficient (a value >= p, a float, NaN, None). The kernels of
+:mod:`coded_fl.kernels` and ``validate=False`` trust their inputs: they are the internal hot
+paths, fed only with vectors validated where they entered.
+
 Overflow safety by construction: the product of two elements is below :math:`2^{62}`; kernels
 reduce or fold every product before adding it to a 64-bit accumulator, and a modulus that would
 break this bound is refused when the field is made.
@@ -19,6 +26,9 @@ break this bound is refused when the field is made.
 [2, 4, 2147483645]
 >>> F.to_signed(F.from_signed(torch.tensor([-5, 7]))).tolist()
 [-5, 7]
+
+Length: about 300 lines of code; the rest documents every public entry point and which inputs it
+refuses.
 """
 
 from __future__ import annotations
@@ -117,6 +127,10 @@ class PrimeField:
             )
         return x
 
+    def _canonical(self, x: torch.Tensor, name: str) -> torch.Tensor:
+        """``_check`` and the values: an element >= p is refused (the kernels assume < p)."""
+        return self.validate(x, name=name)
+
     def _same(self, a: torch.Tensor, b: torch.Tensor) -> None:
         if a.shape != b.shape:
             raise InputError(f"shape mismatch: {tuple(a.shape)} vs {tuple(b.shape)}")
@@ -127,24 +141,63 @@ class PrimeField:
         return torch.empty(x.shape, dtype=torch.uint32, device=x.device)
 
     def coefficients(self, c: Coefficients) -> np.ndarray:
-        """Canonical ``int64`` numpy array of field coefficients (any integers, reduced mod p)."""
+        """Canonical ``int64`` numpy array of field coefficients (any integers, reduced mod p).
+
+        Parameters
+        ----------
+        c
+            Integers of any sign: Python ints, an integer numpy array or tensor.
+
+        Returns
+        -------
+        numpy.ndarray
+            ``int64`` in ``[0, p)``, the shape of ``c``.
+
+        Raises
+        ------
+        InputError
+            If a value is not an integer: a float (even 2.0: a truncated 2.5 would silently
+            become another element), NaN, inf, None, a bool or anything else.
+        """
         if isinstance(c, torch.Tensor):
             c = c.detach().cpu().numpy()
-        arr = np.asarray(c)
-        if arr.dtype == object or arr.dtype.kind not in "iu":
-            try:
-                return np.array([int(v) % self.p for v in np.ravel(arr)], dtype=np.int64).reshape(
-                    arr.shape
-                )
-            except (TypeError, ValueError) as exc:
-                raise InputError(f"field coefficients must be integers: {exc}") from None
+        try:  # Python values stay Python objects: numpy would turn big or mixed ints into floats
+            arr = c if isinstance(c, np.ndarray) else np.asarray(c, dtype=object)
+        except (TypeError, ValueError) as exc:
+            raise InputError(f"field coefficients must be integers: {exc}") from None
+        if arr.dtype.kind in "fcbmMSUV":
+            raise InputError(f"field coefficients must be integers, got dtype {arr.dtype}")
+        if arr.dtype == object:
+            values = list(np.ravel(arr))
+            for v in values:
+                if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
+                    raise InputError(f"field coefficients must be integers, got {v!r}")
+            return np.array([int(v) % self.p for v in values], dtype=np.int64).reshape(arr.shape)
         if arr.dtype.kind == "u" and arr.dtype.itemsize == 8:
             arr = (arr % np.uint64(self.p)).astype(np.int64)
         return np.remainder(arr.astype(np.int64), self.p)
 
     # ------------------------------------------------------------------ making elements
     def element(self, values: object, *, device: torch.device | str | None = None) -> torch.Tensor:
-        """Field elements from integers of any sign (Python ints, numpy, torch), reduced mod p."""
+        """Field elements from integers of any sign (Python ints, numpy, torch), reduced mod p.
+
+        Parameters
+        ----------
+        values
+            Integers; a ``uint32`` tensor is reduced mod p too.
+        device
+            Where the result goes (default: the input's, or the CPU).
+
+        Returns
+        -------
+        torch.Tensor
+            ``uint32``, canonical.
+
+        Raises
+        ------
+        InputError
+            If a value is not an integer (see :meth:`coefficients`).
+        """
         if isinstance(values, torch.Tensor):
             if values.dtype == torch.uint32:
                 return self.from_signed(values.to(torch.int64)).to(device or values.device)
@@ -157,6 +210,7 @@ class PrimeField:
     def zeros(
         self, shape: int | tuple[int, ...], *, device: torch.device | str = "cpu"
     ) -> torch.Tensor:
+        """The zero vector (or array) of GF(p) of ``shape`` on ``device``."""
         return torch.zeros(shape, dtype=torch.uint32, device=device)
 
     def validate(self, x: torch.Tensor, *, name: str = "vector") -> torch.Tensor:
@@ -189,7 +243,7 @@ class PrimeField:
 
     def to_signed(self, a: torch.Tensor) -> torch.Tensor:
         """Field elements to their centred representatives in :math:`(-p/2, p/2]`, as int64."""
-        self._check(a, "a")
+        self._canonical(a, "a")
         if not self._numba(a):
             return _tk.to_signed(a, self.p)
         out = torch.empty(a.shape, dtype=torch.int64)
@@ -198,8 +252,8 @@ class PrimeField:
 
     # ------------------------------------------------------------------ elementwise
     def _binary(self, name: str, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-        self._check(a, "a")
-        self._check(b, "b")
+        self._canonical(a, "a")
+        self._canonical(b, "b")
         self._same(a, b)
         if not self._numba(a):
             result: torch.Tensor = getattr(_tk, name)(a, b, self.p)
@@ -220,8 +274,8 @@ class PrimeField:
         """:math:`a \\cdot b`, with ``b`` a tensor of the same shape or a scalar."""
         if isinstance(b, torch.Tensor):
             return self._binary("mul", a, b)
-        self._check(a, "a")
-        c = int(b) % self.p
+        self._canonical(a, "a")
+        c = int(self.coefficients([b])[0])
         if not self._numba(a):
             return _tk.mul(a, c, self.p)
         out = self._empty_like(a)
@@ -230,7 +284,7 @@ class PrimeField:
 
     def neg(self, a: torch.Tensor) -> torch.Tensor:
         """:math:`-a`."""
-        self._check(a, "a")
+        self._canonical(a, "a")
         if not self._numba(a):
             return _tk.neg(a, self.p)
         out = self._empty_like(a)
@@ -239,7 +293,9 @@ class PrimeField:
 
     def pow(self, a: torch.Tensor, e: int) -> torch.Tensor:
         """:math:`a^e` elementwise; a negative ``e`` inverts first (zero has no inverse)."""
-        self._check(a, "a")
+        self._canonical(a, "a")
+        if isinstance(e, bool) or not isinstance(e, (int, np.integer)):
+            raise InputError(f"the exponent must be an integer, got {e!r}")
         if e < 0:
             return self.pow(self.inv(a), -e)
         if not self._numba(a):
@@ -250,14 +306,14 @@ class PrimeField:
 
     def inv(self, a: torch.Tensor) -> torch.Tensor:
         """:math:`a^{-1}` elementwise (Fermat: :math:`a^{p-2}`); raises InputError on a zero."""
-        self._check(a, "a")
+        self._canonical(a, "a")
         if a.numel() and bool((a == 0).any()):
             raise InputError("0 has no inverse in GF(p)")
         return self.pow(a, self.p - 2)
 
     def inv_scalar(self, a: int) -> int:
         """Inverse of one element as a Python int."""
-        a %= self.p
+        a = int(self.coefficients([a])[0])
         if a == 0:
             raise InputError("0 has no inverse in GF(p)")
         return pow(a, -1, self.p)
@@ -284,14 +340,16 @@ class PrimeField:
         coeffs: Coefficients,
         vectors: Sequence[torch.Tensor] | torch.Tensor,
         *,
-        validate: bool = False,
+        validate: bool = True,
         out: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Fused linear combination :math:`\\sum_k c_k v_k` of k vectors (one pass over memory).
 
         This is the gradient-code encoding step and the decoder's combination step. With
-        ``validate`` an input element :math:`\\ge p` raises :class:`InputError`; on the CPU the
-        check rides on the same pass (the kernel returns the largest element it read). ``out``
+        ``validate`` (the default) an input element :math:`\\ge p` raises :class:`InputError`; on
+        the CPU the check rides on the same pass (the kernel returns the largest element it
+        read), elsewhere it is one more read of the inputs; ``validate=False`` is for internal
+        callers whose inputs are canonical by construction. ``out``
         (a contiguous ``uint32`` tensor of the vectors' shape and device, not one of them) is
         written and returned instead of a new tensor: reused across rounds it saves the page
         faults of a fresh buffer.
@@ -323,7 +381,7 @@ class PrimeField:
         matrix: Coefficients,
         vectors: Sequence[torch.Tensor] | torch.Tensor,
         *,
-        validate: bool = False,
+        validate: bool = True,
     ) -> torch.Tensor:
         """Small matrix :math:`M` (R x L) times L stacked vectors: returns an (R, ...) tensor.
 

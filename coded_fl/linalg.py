@@ -28,6 +28,8 @@ __all__ = [
     "lagrange_basis",
     "left_null_space",
     "mat_mul",
+    "rank",
+    "rref",
     "solve",
     "vandermonde",
 ]
@@ -38,14 +40,32 @@ class SingularMatrixError(InputError):
 
 
 def _canon(a: Sequence[object] | np.ndarray, p: int) -> np.ndarray:
-    arr = np.asarray(a)
-    if arr.dtype == object or arr.dtype.kind not in "iu":
+    arr = a if isinstance(a, np.ndarray) else np.asarray(a, dtype=object)
+    if arr.dtype.kind in "fcbmMSUV":
+        raise InputError(f"field elements must be integers, got dtype {arr.dtype}")
+    if arr.dtype == object:
+        for v in arr.ravel():
+            if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
+                raise InputError(f"field elements must be integers, got {v!r}")
         arr = np.array([int(v) % p for v in arr.ravel()], dtype=np.int64).reshape(arr.shape)
     return np.remainder(arr.astype(np.int64), p)
 
 
 def mat_mul(a: np.ndarray, b: np.ndarray, p: int) -> np.ndarray:
-    """:math:`AB` mod p, exact: B is split into 16-bit halves so no int64 sum can overflow."""
+    """:math:`AB` mod p, exact: B is split into 16-bit halves so no int64 sum can overflow.
+
+    Parameters
+    ----------
+    a, b
+        Matrices of canonical field elements with matching inner size.
+    p
+        The modulus.
+
+    Returns
+    -------
+    numpy.ndarray
+        int64, :math:`AB` mod p.
+    """
     a = _canon(a, p)
     b = _canon(b, p)
     if a.shape[-1] >= 2**16:
@@ -56,7 +76,25 @@ def mat_mul(a: np.ndarray, b: np.ndarray, p: int) -> np.ndarray:
 
 
 def batch_inverse(x: Sequence[int] | np.ndarray, p: int) -> np.ndarray:
-    """Elementwise inverses (Fermat, vectorised square-and-multiply). Zero raises InputError."""
+    """Elementwise inverses (Fermat, vectorised square-and-multiply). Zero raises InputError.
+
+    Parameters
+    ----------
+    x
+        Nonzero field elements.
+    p
+        The modulus.
+
+    Returns
+    -------
+    numpy.ndarray
+        int64, the inverses.
+
+    Raises
+    ------
+    InputError
+        If an element is 0.
+    """
     base = _canon(x, p)
     if np.any(base == 0):
         raise InputError("0 has no inverse in GF(p)")
@@ -71,7 +109,22 @@ def batch_inverse(x: Sequence[int] | np.ndarray, p: int) -> np.ndarray:
 
 
 def vandermonde(points: Sequence[int] | np.ndarray, ncols: int, p: int) -> np.ndarray:
-    """:math:`V_{ij} = x_i^j` for ``j < ncols``."""
+    """:math:`V_{ij} = x_i^j` for ``j < ncols``.
+
+    Parameters
+    ----------
+    points
+        Field elements :math:`x_i`.
+    ncols
+        Columns.
+    p
+        The modulus.
+
+    Returns
+    -------
+    numpy.ndarray
+        int64, len(points) x ncols.
+    """
     x = _canon(points, p)
     v = np.ones((x.size, ncols), dtype=np.int64)
     for j in range(1, ncols):
@@ -80,18 +133,58 @@ def vandermonde(points: Sequence[int] | np.ndarray, ncols: int, p: int) -> np.nd
 
 
 def inverse(a: np.ndarray, p: int) -> np.ndarray:
-    """Inverse of a square matrix by Gauss-Jordan elimination; raises SingularMatrixError."""
+    """Inverse of a square matrix by Gauss-Jordan elimination; raises SingularMatrixError.
+
+    Parameters
+    ----------
+    a
+        A square matrix of field elements.
+    p
+        The modulus.
+
+    Returns
+    -------
+    numpy.ndarray
+        int64, :math:`A^{-1}` mod p.
+
+    Raises
+    ------
+    SingularMatrixError
+        If A is singular mod p.
+    """
     a = _canon(a, p)
-    n = a.shape[0]
-    if a.ndim != 2 or a.shape[1] != n:
+    if a.ndim != 2 or a.shape[1] != a.shape[0]:
         raise InputError(f"inverse needs a square matrix, got shape {a.shape}")
+    n = a.shape[0]
     return solve(a, np.eye(n, dtype=np.int64), p)
 
 
 def solve(a: np.ndarray, b: np.ndarray, p: int) -> np.ndarray:
-    """Solve :math:`AX = B` for square A (B a vector or a matrix); raises SingularMatrixError."""
+    """Solve :math:`AX = B` for square A (B a vector or a matrix); raises SingularMatrixError.
+
+    Parameters
+    ----------
+    a
+        A square matrix of field elements.
+    b
+        A vector or a matrix with as many rows as A.
+    p
+        The modulus.
+
+    Returns
+    -------
+    numpy.ndarray
+        int64, X with the shape of B.
+
+    Raises
+    ------
+    SingularMatrixError
+        If A is singular mod p.
+    """
     a = _canon(a, p)
     b = _canon(b, p)
+    if a.ndim != 2 or b.ndim == 0:
+        raise InputError(f"need a square matrix and a vector or matrix, got {a.shape}, {b.shape}")
     n = a.shape[0]
     if a.ndim != 2 or a.shape[1] != n or b.shape[0] != n:
         raise InputError(f"solve needs A (n x n) and B (n x ...), got {a.shape} and {b.shape}")
@@ -120,6 +213,25 @@ def lagrange_basis(
 
     Barycentric form: :math:`\\ell_i(t) = \\ell(t)\\, w_i / (t - x_i)` with
     :math:`w_i = 1/\\prod_{j \\ne i} (x_i - x_j)`; O(R k + k^2) products. Nodes must be distinct.
+
+    Parameters
+    ----------
+    nodes
+        k distinct field elements.
+    targets
+        R field elements to evaluate at.
+    p
+        The modulus.
+
+    Returns
+    -------
+    numpy.ndarray
+        int64, R x k.
+
+    Raises
+    ------
+    InputError
+        If two nodes coincide.
     """
     x = _canon(nodes, p)
     t = _canon(targets, p)
@@ -147,38 +259,117 @@ def lagrange_basis(
     return out
 
 
-def left_null_space(a: np.ndarray, p: int) -> np.ndarray:
-    """A basis (rows) of :math:`\\{h : h^T A = 0\\}` over GF(p), for an (r x c) matrix A.
+def rref(a: np.ndarray, p: int) -> tuple[np.ndarray, list[int]]:
+    """Reduced row echelon form over GF(p) and its pivot columns (Gauss-Jordan).
 
-    Returns an (r - rank A) x r matrix in reduced form (Gauss-Jordan on :math:`A^T`).
+    The pivot of each column is its first nonzero entry at or below the current row; the form
+    is unique, so this is the same matrix any correct elimination gives.
 
-    >>> left_null_space(np.array([[1, 0], [0, 1], [1, 1]]), 101).tolist()
-    [[100, 100, 1]]
+    Parameters
+    ----------
+    a
+        An (r x c) matrix of integers (reduced mod p first).
+    p
+        The prime modulus.
+
+    Returns
+    -------
+    tuple[numpy.ndarray, list[int]]
+        The (r x c) ``int64`` matrix in reduced row echelon form (canonical entries) and the
+        pivot columns in increasing order; ``len(pivots)`` is the rank.
+
+    >>> m, pivots = rref(np.array([[2, 4, 1], [1, 2, 3]]), 101)
+    >>> m.tolist(), pivots
+    ([[1, 2, 0], [0, 0, 1]], [0, 2])
     """
-    a = _canon(a, p)
-    at = a.T.copy()  # solve A^T h = 0
-    rows, cols = at.shape
+    m = _canon(a, p)
+    rows, cols = m.shape
     pivots: list[int] = []
     r = 0
-    for col in range(cols):
+    for c in range(cols):
         if r == rows:
             break
-        nz = np.flatnonzero(at[r:, col])
+        nz = np.flatnonzero(m[r:, c])
         if nz.size == 0:
             continue
         piv = r + int(nz[0])
         if piv != r:
-            at[[r, piv]] = at[[piv, r]]
-        at[r] = at[r] * pow(int(at[r, col]), -1, p) % p
-        factors = at[:, col].copy()
+            m[[r, piv]] = m[[piv, r]]
+        m[r] = m[r] * pow(int(m[r, c]), -1, p) % p
+        factors = m[:, c].copy()
         factors[r] = 0
-        at = (at - (factors[:, None] * at[r][None, :]) % p) % p
-        pivots.append(col)
+        m = (m - factors[:, None] * m[r][None, :] % p) % p
+        pivots.append(c)
         r += 1
-    free = [c for c in range(cols) if c not in pivots]
-    basis = np.zeros((len(free), cols), dtype=np.int64)
-    for k, f in enumerate(free):
-        basis[k, f] = 1
+    return m, pivots
+
+
+def rank(a: np.ndarray, p: int) -> int:
+    """Rank over GF(p).
+
+    Parameters
+    ----------
+    a
+        A matrix of integers (an empty one has rank 0).
+    p
+        The prime modulus.
+
+    Returns
+    -------
+    int
+        The number of pivots of :func:`rref`.
+
+    >>> rank(np.array([[1, 1], [1, 1], [0, 1]]), 101)
+    2
+    """
+    arr = np.asarray(a)
+    if arr.size == 0:
+        return 0
+    return len(rref(arr, p)[1])
+
+
+def left_null_space(a: np.ndarray, p: int) -> np.ndarray:
+    """A basis (rows) of :math:`\\{h : h^T A = 0\\}` over GF(p), for an (r x c) matrix A.
+
+    Solves :math:`A^T h = 0` from the reduced row echelon form of :math:`A^T`: one basis vector
+    per free column f (in increasing order), with a 1 at f, :math:`-R_{if}` at the i-th pivot
+    column and 0 at the other free columns. The basis is a deterministic function of A (the
+    secure-aggregation weight rows and the parity checks of the codes rely on that: server and
+    silos compute the same rows independently).
+
+    Parameters
+    ----------
+    a
+        An (r x c) matrix of integers (reduced mod p first); c may be 0.
+    p
+        The prime modulus.
+
+    Returns
+    -------
+    numpy.ndarray
+        An ((r - rank A) x r) ``int64`` matrix of canonical entries whose rows are
+        independent; the identity when A has no columns, (0 x r) when A has full row rank.
+
+    Raises
+    ------
+    InputError
+        If ``a`` is not a matrix.
+
+    >>> left_null_space(np.array([[1, 0], [0, 1], [1, 1]]), 101).tolist()
+    [[100, 100, 1]]
+    >>> left_null_space(np.array([[1, 1], [1, 1], [0, 1]]), 101).tolist()  # rows 0, 1 equal
+    [[100, 1, 0]]
+    """
+    arr = np.asarray(a)
+    if arr.ndim != 2:
+        raise InputError(f"left_null_space needs a matrix, got shape {arr.shape}")
+    m = arr.shape[0]
+    r, pivots = rref(arr.T, p)  # solutions of A^T h = 0
+    pivot_set = set(pivots)
+    free = [c for c in range(m) if c not in pivot_set]
+    basis = np.zeros((len(free), m), dtype=np.int64)
+    for row, f in enumerate(free):
+        basis[row, f] = 1
         for i, pc in enumerate(pivots):
-            basis[k, pc] = (-at[i, f]) % p
+            basis[row, pc] = (-r[i, f]) % p
     return basis

@@ -38,7 +38,23 @@ Entropy = Callable[[int], bytes]
 
 
 def fresh_seed(entropy: Entropy = os.urandom) -> bytes:
-    """A new 32-byte secret seed from ``entropy`` (the OS CSPRNG unless a test passes its own)."""
+    """A new 32-byte secret seed from ``entropy`` (the OS CSPRNG unless a test passes its own).
+
+    Parameters
+    ----------
+    entropy
+        Called with 32, returns 32 random bytes.
+
+    Returns
+    -------
+    bytes
+        The seed (never log it).
+
+    Raises
+    ------
+    InputError
+        If ``entropy`` does not return exactly 32 bytes.
+    """
     seed = entropy(SEED_BYTES)
     if not isinstance(seed, bytes) or len(seed) != SEED_BYTES:
         raise InputError("the entropy source must return exactly 32 bytes")
@@ -55,6 +71,20 @@ class MaskStream:
     ``MaskStream(seed, p).fill(buf)`` writes the next ``len(buf)`` elements; successive calls
     continue the same sequence, so a mask can be generated one cache-sized chunk at a time
     (never materialised whole) and still equal :func:`expand_field_elements` of the same seed.
+
+    Parameters
+    ----------
+    seed
+        32 secret bytes (the AES-256 key).
+    p
+        The field modulus.
+
+    Raises
+    ------
+    InputError
+        If ``seed`` is not 32 bytes.
+    ConfigurationError
+        If ``p`` is not a usable modulus.
     """
 
     def __init__(self, seed: bytes, p: int) -> None:
@@ -120,7 +150,28 @@ def expand_field_elements(
 ) -> torch.Tensor:
     """``count`` uniform elements of GF(p) from ``seed`` (AES-256-CTR, rejection sampled).
 
-    ``out`` (a CPU ``uint32`` tensor of ``count`` elements) is filled instead of a new tensor.
+    Parameters
+    ----------
+    seed
+        32 secret bytes.
+    count
+        How many elements.
+    p
+        The field modulus.
+    device
+        Where the result goes.
+    out
+        A CPU ``uint32`` tensor of ``count`` elements to fill instead of a new tensor.
+
+    Returns
+    -------
+    torch.Tensor
+        ``uint32``, exactly uniform over GF(p).
+
+    Raises
+    ------
+    InputError
+        A negative ``count``, a bad ``seed`` or an ``out`` of the wrong dtype, size or device.
     """
     if count < 0:
         raise InputError(f"count must be >= 0, got {count}")

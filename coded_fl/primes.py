@@ -24,7 +24,18 @@ _MR_BASES = (2, 3, 5, 7, 11, 13, 17, 19, 23, 29, 31, 37, 41)
 
 
 def is_prime(n: int) -> bool:
-    """Deterministic primality test for integers below :math:`3.3 \\cdot 10^{24}`."""
+    """Deterministic primality test for integers below :math:`3.3 \\cdot 10^{24}`.
+
+    Parameters
+    ----------
+    n
+        The integer to test.
+
+    Returns
+    -------
+    bool
+        True if ``n`` is prime (Miller-Rabin with bases that are exact in this range).
+    """
     if n < 2:
         return False
     for q in _MR_BASES:
@@ -51,6 +62,20 @@ def check_modulus(p: object) -> int:
     """Return ``p`` as an ``int`` if it is a usable modulus, else raise :class:`ConfigurationError`.
 
     A usable modulus is a prime with :math:`2 < p < 2^{31}`.
+
+    Parameters
+    ----------
+    p
+        The candidate modulus.
+
+    Returns
+    -------
+    int
+
+    Raises
+    ------
+    ConfigurationError
+        If ``p`` is not an int, too large, or not an odd prime; the message suggests one.
     """
     if isinstance(p, bool) or not isinstance(p, int):
         raise ConfigurationError(f"modulus p must be an int, got {type(p).__name__}")

@@ -20,6 +20,9 @@ the rounding is exact and identical on CPU and CUDA.
 >>> q = quantize(x, cfg, RoundingKey.derive("doc", 0))
 >>> dequantize(q, cfg, F).tolist()  # 3.0 is clipped to 1.0
 [0.25, -0.5, 1.0]
+
+Length: about 290 lines of code (rounding keys, the configuration and the fused quantizer belong
+together); the rest is documentation.
 """
 
 from __future__ import annotations
@@ -114,6 +117,7 @@ class QuantizationStats:
 
     @property
     def clipped_fraction(self) -> float:
+        """The fraction of the quantized entries that were clipped (0 before any)."""
         return self.clipped / self.total if self.total else 0.0
 
 
@@ -155,8 +159,15 @@ class QuantizationConfig:
             raise ConfigurationError(f"num_summands must be an int >= 1, got {n!r}")
         if self.nonfinite not in ("raise", "clip"):
             raise ConfigurationError(f"nonfinite must be 'raise' or 'clip', got {self.nonfinite!r}")
-        max_abs = math.ceil(float(c) * float(s))
+        product = float(c) * float(s)
         limit = (self.p - 1) // 2  # the largest |sum| that lifts back unambiguously
+        if not math.isfinite(product) or product > limit:
+            raise ConfigurationError(
+                f"clip_range={c} x scale={s} = {product:g} exceeds what GF(p) can hold "
+                f"((p-1)/2 = {limit}): lower the scale (or leave it unset: the finest safe one "
+                "is chosen) or the clip range"
+            )
+        max_abs = math.ceil(product)
         if n * max_abs > limit:
             best_scale = self.max_scale(clip_range=c, num_summands=n, p=self.p)
             raise ConfigurationError(
@@ -196,9 +207,10 @@ class QuantizationConfig:
         """The finest valid configuration (largest power-of-two scale) for a given clip range.
 
         ``headroom_bits`` = h keeps every true sum within a fraction :math:`2^{-h}` of the field,
-        so that :func:`dequantize`'s range check catches a corrupted element with probability
-        :math:`1 - 2^{-h}` (a corrupted aggregate is uniform on the field), at the price of h
-        bits of quantization precision.
+        so that :func:`dequantize`'s range check refuses an element that a corruption moved to
+        a random-looking place of the field with probability :math:`1 - 2^{-h}`, at the price of
+        h bits of quantization precision. (A corruption is not always random-looking: see
+        ``docs/protocol.md``, "Replicas that disagree".)
         """
         if not isinstance(num_summands, int) or num_summands < 1:
             raise ConfigurationError(f"num_summands must be an int >= 1, got {num_summands!r}")
@@ -311,8 +323,29 @@ def stochastic_round(
 ) -> torch.Tensor:
     """Clip, scale and stochastically round to signed ``int64`` (before the lift into GF(p)).
 
-    ``offset`` is the index of ``x[0]`` in the whole vector, so that a vector quantized in
-    chunks gets the same result as in one piece.
+    Parameters
+    ----------
+    x
+        A float tensor.
+    config
+        The quantization settings.
+    key
+        The rounding key: every replica of a partition uses the same one.
+    offset
+        The index of ``x[0]`` in the whole vector, so that a vector quantized in chunks gets
+        the same result as in one piece.
+    stats
+        Counts clipped entries if given.
+
+    Returns
+    -------
+    torch.Tensor
+        ``int64``, within :math:`\\pm` ``config.max_abs``.
+
+    Raises
+    ------
+    InputError
+        NaN/Inf in ``x`` (unless ``config.nonfinite == "clip"``), or a non-float ``x``.
     """
     return _round(x, config, key, offset, stats, lift=False)
 
@@ -325,7 +358,23 @@ def quantize(
     offset: int = 0,
     stats: QuantizationStats | None = None,
 ) -> torch.Tensor:
-    """Clip, scale, stochastically round and lift into GF(p), fused: a ``uint32`` tensor."""
+    """Clip, scale, stochastically round and lift into GF(p), fused: a ``uint32`` tensor.
+
+    Parameters
+    ----------
+    x, config, key, offset, stats
+        As for :func:`stochastic_round`.
+
+    Returns
+    -------
+    torch.Tensor
+        ``uint32`` field elements.
+
+    Raises
+    ------
+    InputError
+        As for :func:`stochastic_round`.
+    """
     return _round(x, config, key, offset, stats, lift=True)
 
 
@@ -343,12 +392,37 @@ def dequantize(
     ``check_range`` (default) an element beyond ``num_summands * max|q|`` raises
     :class:`DecodingError`: a true sum never goes there, while a corrupted aggregate (e.g.
     replicas that disagreed) lands there with overwhelming probability.
+
+    Parameters
+    ----------
+    total
+        ``uint32`` field elements.
+    config
+        The quantization settings the summands used.
+    field
+        GF(p), the same p as ``config``.
+    divide_by
+        An extra divisor (e.g. a number of silos for a plain average).
+    check_range
+        Refuse an element beyond ``num_summands * max|q|``.
+
+    Returns
+    -------
+    torch.Tensor
+        float64.
+
+    Raises
+    ------
+    ConfigurationError
+        If ``field`` and ``config`` disagree on p.
+    DecodingError
+        If ``check_range`` and an element is out of range.
     """
     if field.p != config.p:
         raise ConfigurationError(
             f"dequantize: field p={field.p} differs from the quantization config's p={config.p}"
         )
-    signed = field.to_signed(total)
+    signed = field.to_signed(total)  # refuses an element >= p (InputError)
     if check_range and signed.numel():
         bound = config.num_summands * config.max_abs
         worst = int(signed.abs().max())

@@ -1,1 +1,1 @@
-"""Simulations, benchmarks and the main Flower app of coded-fl."""
+"""Simulations, benchmarks and the main Flower app of coded-fl (guide: simulations/README.md)."""

@@ -41,10 +41,22 @@ class _Pending:
 
 @dataclass
 class Exchange:
-    """Message bookkeeping for one run."""
+    """Message bookkeeping for one run.
+
+    Parameters
+    ----------
+    grid
+        The Flower grid messages are pushed to and pulled from.
+    poll_interval
+        Seconds between pulls that brought nothing.
+    on_late
+        Called with every late reply as it is time-stamped.
+    """
 
     grid: Grid
     poll_interval: float = 0.05
+    #: called with every late reply as it is time-stamped (e.g. to act on a typed refusal)
+    on_late: Callable[[LateReply, Message], None] | None = None
     late: list[LateReply] = field(default_factory=list)
     _pending: dict[str, _Pending] = field(default_factory=dict)
     _lingering: dict[str, _Pending] = field(default_factory=dict)
@@ -130,8 +142,9 @@ class Exchange:
     def _record_late(self, mid: str, reply: Message) -> None:
         p = self._lingering.pop(mid)
         reason = str(reply.error.reason or "") if reply.has_error() else ""
-        self.late.append(
-            LateReply(
-                p.node_id, p.stage, p.round, time.monotonic() - p.started, reply.has_error(), reason
-            )
+        late = LateReply(
+            p.node_id, p.stage, p.round, time.monotonic() - p.started, reply.has_error(), reason
         )
+        self.late.append(late)
+        if self.on_late is not None:
+            self.on_late(late, reply)

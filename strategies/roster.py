@@ -17,7 +17,13 @@ __all__ = ["GridView", "RosterGrid"]
 
 
 class GridView(Grid):
-    """A Grid that delegates every call to ``grid``; subclasses override what they change."""
+    """A Grid that delegates every call to ``grid``; subclasses override what they change.
+
+    Parameters
+    ----------
+    grid
+        The grid to delegate to.
+    """
 
     def __init__(self, grid: Grid) -> None:
         self._grid = grid
@@ -27,6 +33,7 @@ class GridView(Grid):
 
     @property
     def run(self):
+        """The run of the delegate grid."""
         return self._grid.run
 
     def create_message(
@@ -58,7 +65,15 @@ class GridView(Grid):
 
 
 class RosterGrid(GridView):
-    """Delegates to ``grid``; ``get_node_ids`` (and ``get_nodes``) return only ``nodes``."""
+    """Delegates to ``grid``; ``get_node_ids`` (and ``get_nodes``) return only ``nodes``.
+
+    Parameters
+    ----------
+    grid
+        The grid to delegate to.
+    nodes
+        The node ids the wrapped strategy may see (the run's silos).
+    """
 
     def __init__(self, grid: Grid, nodes: Iterable[int]) -> None:
         super().__init__(grid)

@@ -193,7 +193,7 @@ class ShuffleRelay:
 
         def on_reply(node: int, reply: Message) -> bool:
             try:
-                relay.on_hello(node, self._packet(reply))
+                relay.receive(node, self._packet(reply))
             except CodedFLError as exc:
                 relay.note(f"node {node}: {exc}")
             return relay.hello_complete()

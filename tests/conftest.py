@@ -16,6 +16,14 @@ settings.register_profile(
 settings.register_profile(
     "ci", deadline=None, suppress_health_check=[HealthCheck.too_slow], max_examples=150
 )
+#: the long fuzz run (tests/fuzz): 10,000 mutants per message type and end, by hand
+settings.register_profile(
+    "fuzz-long",
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    max_examples=10_000,
+    print_blob=True,
+)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 #: The default Mersenne prime (fast path), a generic prime near the limit, one just above 2^30

@@ -25,7 +25,6 @@ from coded_fl.codes.repetition import (
     PlainAggregation,
     balanced_groups,
 )
-from coded_fl.codes.weights import weighted_mean, weighted_partial
 
 __all__ = [
     "ApproximateCode",
@@ -42,6 +41,4 @@ __all__ = [
     "decoding_error",
     "lagrange_weights",
     "make_code",
-    "weighted_mean",
-    "weighted_partial",
 ]

@@ -88,7 +88,26 @@ class ApproximateCode(GroupCode):
     """Approximate gradient code: r = ``replication`` copies (:math:`1 \\le r \\le s`) of each
     partition, :math:`n - s` replies awaited, the best estimate plus its error bound from
     :meth:`estimate`. :meth:`decode` and :meth:`decoding_vector` work (exactly) whenever no
-    group was silenced and raise :class:`coded_fl.errors.DecodingError` otherwise."""
+    group was silenced and raise :class:`coded_fl.errors.DecodingError` otherwise.
+
+    Parameters
+    ----------
+    n
+        Silos.
+    s
+        Stragglers tolerated (replies awaited: n - s).
+    replication
+        r, copies of each partition, :math:`1 \\le r \\le s`.
+    num_partitions
+        K (default n).
+    field
+        GF(p) (default :math:`p = 2^{31} - 1`).
+
+    Raises
+    ------
+    ConfigurationError
+        If r is outside 1..s or the sizes do not fit.
+    """
 
     exact = False
     kind = "approximate"

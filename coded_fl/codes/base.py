@@ -11,7 +11,7 @@ Codes are deterministic and public: anyone holding the same parameters recompute
 for). Decoding vectors are cached per survivor set.
 
 Weighted sums (FedAvg): a silo multiplies each partial update by its partition's weight before
-quantizing and appends the weight as one extra coordinate (:mod:`coded_fl.codes.weights`); the
+quantizing and appends the weight as one extra coordinate (:mod:`coded_fl.layout`); the
 decoded sum then carries :math:`\\sum_j w_j u_j` and :math:`\\sum_j w_j` and nothing in the code
 changes.
 
@@ -37,10 +37,10 @@ from typing import ClassVar
 import numpy as np
 import torch
 
-from coded_fl.codes._algebra import left_nullspace
 from coded_fl.codes.consistency import check_replies
 from coded_fl.errors import ConfigurationError, DecodingError, InputError
 from coded_fl.field import PrimeField
+from coded_fl.linalg import left_null_space
 
 __all__ = ["GradientCode", "check_count"]
 
@@ -49,7 +49,26 @@ CACHE_SIZE = 4096
 
 
 def check_count(name: str, value: object, *, minimum: int) -> int:
-    """An int setting >= ``minimum`` (bool refused), else ConfigurationError naming it."""
+    """An int setting >= ``minimum`` (bool refused), else ConfigurationError naming it.
+
+    Parameters
+    ----------
+    name
+        The setting's name (for the message).
+    value
+        Its value.
+    minimum
+        The smallest value allowed.
+
+    Returns
+    -------
+    int
+
+    Raises
+    ------
+    ConfigurationError
+        If ``value`` is not an int (bool included) or is below ``minimum``.
+    """
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         raise ConfigurationError(f"{name} must be an int, got {value!r}")
     if value < minimum:
@@ -338,7 +357,7 @@ class GradientCode(ABC):
     def _parity_checks(self, ids: tuple[int, ...]) -> np.ndarray:
         h = self._checks.get(ids)
         if h is None:
-            h = left_nullspace(self._matrix[list(ids)], self.field.p)
+            h = left_null_space(self._matrix[list(ids)], self.field.p)
             h.setflags(write=False)
             self._checks[ids] = h
             if len(self._checks) > CACHE_SIZE:

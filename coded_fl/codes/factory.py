@@ -47,6 +47,31 @@ def make_code(
 
     ``replication`` is only for ``kind="approximate"``. Settings that cannot work raise
     :class:`ConfigurationError` naming them.
+
+    Parameters
+    ----------
+    n
+        Silos.
+    s
+        Stragglers tolerated, :math:`0 \\le s < n`.
+    kind
+        The construction (above).
+    num_partitions
+        K (default n).
+    field
+        GF(p) (default :math:`p = 2^{31} - 1`).
+    replication
+        Copies per partition, for ``kind="approximate"`` only.
+
+    Returns
+    -------
+    GradientCode
+
+    Raises
+    ------
+    ConfigurationError
+        Naming the setting, if the kind does not fit n and s (e.g. repetition without
+        :math:`(s+1) \\mid n`) or an argument is out of range.
     """
     if kind not in _KINDS:
         raise ConfigurationError(f"kind={kind!r} is unknown; use one of {', '.join(_KINDS)}")

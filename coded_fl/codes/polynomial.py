@@ -62,10 +62,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from coded_fl.codes._algebra import prod_mod, rank
+from coded_fl.codes._algebra import prod_mod
 from coded_fl.codes.base import GradientCode
 from coded_fl.errors import ConfigurationError
-from coded_fl.linalg import batch_inverse
+from coded_fl.linalg import batch_inverse, rank
 
 __all__ = ["PolynomialCode", "cyclic_placement", "lagrange_weights", "public_points"]
 
@@ -79,6 +79,20 @@ def cyclic_placement(n: int, s: int, num_partitions: int) -> list[list[int]]:
 
     >>> cyclic_placement(4, 1, 4)
     [[0, 3], [1, 0], [2, 1], [3, 2]]
+
+    Parameters
+    ----------
+    n
+        Silos.
+    s
+        Stragglers tolerated (each partition has s + 1 holders).
+    num_partitions
+        K.
+
+    Returns
+    -------
+    list[list[int]]
+        For each partition, its s + 1 holders.
     """
     homes = [(j * n) // num_partitions for j in range(num_partitions)]
     return [[(h - t) % n for t in range(s + 1)] for h in homes]
@@ -114,6 +128,23 @@ def lagrange_weights(points: np.ndarray, p: int) -> np.ndarray:
 
     >>> lagrange_weights(np.array([1, 2, 3]), 101).tolist()  # 1/2, -1, 1/2
     [51, 100, 51]
+
+    Parameters
+    ----------
+    points
+        m distinct field elements.
+    p
+        The modulus.
+
+    Returns
+    -------
+    numpy.ndarray
+        int64, the m weights.
+
+    Raises
+    ------
+    InputError
+        If two points coincide (a zero has no inverse).
     """
     x = np.asarray(points, dtype=np.int64) % p
     diff = (x[:, None] - x[None, :]) % p
@@ -129,6 +160,22 @@ class PolynomialCode(GradientCode):
     With more than :math:`n - s` survivors the decoding vector uses the :math:`n - s` smallest
     silo ids (deterministic, depends on the set only); the others get coefficient 0 and serve
     :meth:`check_consistency`.
+
+    Parameters
+    ----------
+    n
+        Silos, :math:`n \\ge 1`.
+    s
+        Stragglers tolerated, :math:`0 \\le s < n`.
+    num_partitions
+        K (default n), with :math:`K (s+1) \\ge n`.
+    field
+        GF(p) with :math:`p > n` (default :math:`p = 2^{31} - 1`).
+
+    Raises
+    ------
+    ConfigurationError
+        If the sizes are out of range or p is too small.
     """
 
     kind = "polynomial"

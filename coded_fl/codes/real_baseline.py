@@ -35,7 +35,24 @@ Construction = Literal["gaussian", "polynomial"]
 
 
 class RealGradientCode:
-    """A real-valued gradient code (float64) for n silos, K = n partitions, s stragglers."""
+    r"""A real-valued gradient code (float64) for n silos, K = n partitions, s stragglers.
+
+    Parameters
+    ----------
+    n
+        Silos (K = n partitions).
+    s
+        Stragglers tolerated.
+    rng
+        The generator of the random construction.
+    construction
+        ``"gaussian"`` (Tandon et al.'s random code) or another construction of this module.
+
+    Raises
+    ------
+    ConfigurationError
+        If :math:`0 \le s < n` does not hold or the construction is unknown.
+    """
 
     def __init__(
         self,
@@ -128,6 +145,26 @@ def decoding_error(
     client would send); the reference sum is float64. Returns the median and the maximum
     relative error, the median residual :math:`\\|B_S^T a - 1\\|_\\infty` and the median
     condition number of :math:`B_S`.
+
+    Parameters
+    ----------
+    n, s
+        Silos and stragglers.
+    rng
+        The generator of the codes, survivor sets and vectors.
+    trials
+        Random codes tried.
+    d
+        Length of the partial vectors.
+    construction
+        As for :class:`RealGradientCode`.
+    dtype
+        What the replies are rounded to before decoding.
+
+    Returns
+    -------
+    dict[str, float]
+        The error statistics named above.
     """
     errors, residuals, conds = [], [], []
     for _ in range(trials):

@@ -32,7 +32,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from coded_fl.codes.base import GradientCode
+from coded_fl.codes.base import GradientCode, check_count
 from coded_fl.errors import ConfigurationError, DecodingError
 from coded_fl.field import PrimeField
 
@@ -45,6 +45,18 @@ def balanced_groups(n: int, g: int) -> list[list[int]]:
 
     >>> balanced_groups(7, 3)
     [[0, 1, 2], [3, 4], [5, 6]]
+
+    Parameters
+    ----------
+    n
+        Silos.
+    g
+        Groups, :math:`1 \\le g \\le n`.
+
+    Returns
+    -------
+    list[list[int]]
+        The silos of each group.
     """
     groups: list[list[int]] = [[] for _ in range(g)]
     for i in range(n):
@@ -57,6 +69,24 @@ class GroupCode(GradientCode):
 
     The common machinery of :class:`FractionalRepetitionCode`, :class:`PlainAggregation` and
     :class:`coded_fl.codes.ApproximateCode`; subclasses choose the number of groups.
+
+    Parameters
+    ----------
+    n
+        Silos.
+    s
+        Stragglers tolerated.
+    groups
+        g, the number of groups (:func:`balanced_groups`).
+    num_partitions
+        K (default n).
+    field
+        GF(p) (default :math:`p = 2^{31} - 1`).
+
+    Raises
+    ------
+    ConfigurationError
+        If the sizes are out of range.
     """
 
     kind = "group"
@@ -70,7 +100,11 @@ class GroupCode(GradientCode):
         num_partitions: int | None = None,
         field: PrimeField | None = None,
     ) -> None:
-        self._num_groups = groups
+        self._num_groups = check_count("groups", groups, minimum=1)
+        if isinstance(n, (int, np.integer)) and not isinstance(n, bool) and groups > n:
+            raise ConfigurationError(
+                f"groups={groups} exceeds the n={n} silos: some groups would be empty"
+            )
         super().__init__(n, s, num_partitions=num_partitions, field=field)
 
     @property
@@ -167,7 +201,24 @@ class GroupCode(GradientCode):
 
 class FractionalRepetitionCode(GroupCode):
     """Fractional repetition: needs :math:`(s+1) \\mid n`; 0/1 coefficients; exact for any
-    :math:`n - s` replies, decoded from one reply per group (see the module documentation)."""
+    :math:`n - s` replies, decoded from one reply per group (see the module documentation).
+
+    Parameters
+    ----------
+    n
+        Silos, a multiple of s + 1.
+    s
+        Stragglers tolerated.
+    num_partitions
+        K (default n).
+    field
+        GF(p) (default :math:`p = 2^{31} - 1`).
+
+    Raises
+    ------
+    ConfigurationError
+        If s + 1 does not divide n.
+    """
 
     kind = "repetition"
 
@@ -179,7 +230,8 @@ class FractionalRepetitionCode(GroupCode):
         num_partitions: int | None = None,
         field: PrimeField | None = None,
     ) -> None:
-        valid = isinstance(n, int) and isinstance(s, int) and 0 <= s < n
+        n, s = check_count("n", n, minimum=1), check_count("s", s, minimum=0)
+        valid = s < n  # numpy integers count as ints (np.int64(6) built a one-group code)
         if valid and n % (s + 1):
             raise ConfigurationError(
                 f"fractional repetition needs s+1 to divide n: s+1={s + 1} does not divide "
@@ -191,7 +243,17 @@ class FractionalRepetitionCode(GroupCode):
 
 class PlainAggregation(FractionalRepetitionCode):
     """s = 0: every silo sends the sum of its own partitions (K = n: its one partition) with
-    coefficient 1 and the server adds all n replies. The uncoded run on the same code path."""
+    coefficient 1 and the server adds all n replies. The uncoded run on the same code path.
+
+    Parameters
+    ----------
+    n
+        Silos.
+    num_partitions
+        K (default n).
+    field
+        GF(p) (default :math:`p = 2^{31} - 1`).
+    """
 
     kind = "plain"
 

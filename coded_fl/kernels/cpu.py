@@ -13,6 +13,9 @@ in L1 and each input is streamed once.
 
 All kernels are single-threaded: one silo is one process, and determinism does not depend on a
 thread count.
+
+Length: the numba kernels stay in one module: they share private inline helpers, and stochastic
+rounding and the fused quantize-encode must round bit for bit alike from one copy of the hash.
 """
 
 from __future__ import annotations

@@ -14,7 +14,12 @@ Theory of operation (see ``docs/protocol.md`` for the whole protocol):
    decoding vector for S and every other row a parity check of the code on S, answers at most
    once per round, and returns the weighted sums of the shares -> ``RecoveryReply``.
 
-Stages and transitions (anything else raises and changes nothing)::
+One entry point, :meth:`ClientMachine.receive`, dispatches through a transition table
+``(stage, message type) -> handler``; a pair not in the table is refused with
+:class:`RemoteProtocolError`. In stage NEW a train or recovery request raises
+:class:`NeedsKeysError`, which :func:`refusal_for` turns into the typed :class:`Refusal` the
+server rekeys on (an accusation of another silo's share travels the same way). Stages and
+transitions (anything else raises and changes nothing)::
 
     NEW     --KeyRequest-->        KEYED
     KEYED   --TrainRequest(r)-->   TRAINING(r)        (r greater than any round seen)
@@ -25,25 +30,29 @@ Stages and transitions (anything else raises and changes nothing)::
 
 The state (keys included) round-trips through :meth:`to_bytes` / :meth:`from_bytes` so a Flower
 ClientApp can keep it in ``context.state`` between messages. It never leaves the silo.
+
+Length: one state machine: its handlers, the upload and the persistence share the machine's
+private state (about 450 lines of code).
 """
 
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import Enum
+from typing import Any
 
 import numpy as np
 import torch
 
-from coded_fl.errors import LocalProtocolError, RemoteProtocolError
+from coded_fl.crypto import KeyPair, check_public_key, open_sealed, pairwise_key, seal
+from coded_fl.errors import InputError, LocalProtocolError, NeedsKeysError, RemoteProtocolError
 from coded_fl.pipeline import encode_upload
 from coded_fl.prg import Entropy, MaskStream, fresh_seed
 from coded_fl.quantize import QuantizationStats, RoundingKey
 from coded_fl.secagg.config import ProtocolConfig
-from coded_fl.secagg.keys import KeyPair, check_public_key, open_sealed, pairwise_key, seal
 from coded_fl.secagg.messages import (
     SERVER,
     KeyReply,
@@ -51,17 +60,29 @@ from coded_fl.secagg.messages import (
     Message,
     RecoveryReply,
     RecoveryRequest,
+    Refusal,
+    RefusalCode,
     TrainRequest,
     Upload,
 )
+from coded_fl.secagg.policy import ClientPolicy
 from coded_fl.secagg.verify import check_weight_rows
 
-__all__ = ["NEEDS_KEYS", "ClientMachine", "ClientStage", "TrainTask"]
+__all__ = [
+    "NEEDS_KEYS",
+    "ClientMachine",
+    "ClientStage",
+    "TrainTask",
+    "misconfigured",
+    "refusal_for",
+]
 
 SHARE_PURPOSE = b"mask-share"
-#: In the error of a silo that has no keys for the server's session (a restarted node, or one
-#: that missed the key exchange): the server reruns the key exchange for it.
-NEEDS_KEYS = "codedfl-needs-keys"
+#: Rounds are below 2**63 (they bind the sealed shares' associated data).
+MAX_ROUND = 2**63
+#: The label of a refusal that says the silo holds no keys for the server's session (a
+#: restarted node, or one that missed the key exchange): the server reruns the key exchange.
+NEEDS_KEYS = RefusalCode.NEEDS_KEYS.label
 
 
 class ClientStage(str, Enum):
@@ -83,11 +104,87 @@ class TrainTask:
     rounding_keys: tuple[RoundingKey, ...]
 
 
-class ClientMachine:
-    """One silo. ``silo`` is its index 0..n-1 (taken from the first KeyRequest if None)."""
+#: What :meth:`ClientMachine.receive` returns.
+Reaction = KeyReply | TrainTask | RecoveryReply
 
-    def __init__(self, *, entropy: Entropy = os.urandom) -> None:
+
+def refusal_for(error: RemoteProtocolError, request: Message) -> Refusal | None:
+    """The typed refusal that answers ``request`` when the machine raised ``error``, if any.
+
+    Two refusals are signals the server acts on: :class:`NeedsKeysError` (rekey this silo) and a
+    share from another silo that failed authentication (the refusal accuses that silo). Any
+    other error is not a signal: None (the adapter reports it as an error).
+
+    Parameters
+    ----------
+    error
+        What :meth:`ClientMachine.receive` raised.
+    request
+        The server message that was refused.
+
+    Returns
+    -------
+    Refusal | None
+    """
+    if isinstance(error, NeedsKeysError):
+        code, accused = RefusalCode.NEEDS_KEYS, None
+    elif error.sender is not None and error.sender != SERVER:
+        code, accused = RefusalCode.ACCUSES, int(error.sender)
+    else:
+        return None
+    return Refusal(
+        digest=request.digest,
+        round=request.round,
+        sender=request.recipient,
+        recipient=SERVER,
+        code=code,
+        accused=accused,
+        detail=str(error),
+    )
+
+
+def misconfigured(request: Message, detail: str) -> Refusal:
+    """The typed refusal of a silo that cannot take part because of a setting.
+
+    Parameters
+    ----------
+    request
+        The server message the silo cannot serve.
+    detail
+        What is wrong and which setting to change (no secret).
+
+    Returns
+    -------
+    Refusal
+        Code ``MISCONFIGURED``.
+    """
+    return Refusal(
+        digest=request.digest,
+        round=request.round,
+        sender=request.recipient,
+        recipient=SERVER,
+        code=RefusalCode.MISCONFIGURED,
+        detail=detail,
+    )
+
+
+class ClientMachine:
+    """One silo. ``silo`` is its index 0..n-1 (taken from the first KeyRequest if None).
+
+    Parameters
+    ----------
+    entropy
+        The source of secret randomness (keys, mask seeds): the OS CSPRNG unless a test
+        passes a seeded one.
+    policy
+        The silo's minimums on the configurations it accepts (default: none).
+    """
+
+    def __init__(
+        self, *, entropy: Entropy = os.urandom, policy: ClientPolicy | None = None
+    ) -> None:
         self._entropy = entropy
+        self.policy = ClientPolicy() if policy is None else policy
         self.stage = ClientStage.NEW
         self.config: ProtocolConfig | None = None
         self.silo: int | None = None
@@ -97,6 +194,53 @@ class ClientMachine:
         self.recovered_round = 0  # the latest round answered with a RecoveryReply
         self._pairwise: dict[tuple[int, bytes], bytes] = {}
         self.stats = QuantizationStats()
+        # in stage NEW a train or recovery request meets _check_header, which raises NeedsKeysError
+        keyed = (
+            ClientStage.KEYED,
+            ClientStage.TRAINING,
+            ClientStage.UPLOADED,
+            ClientStage.RECOVERED,
+        )
+        self._table: dict[tuple[ClientStage, type[Message]], Callable[[Any], Reaction]] = {
+            (ClientStage.NEW, KeyRequest): self.on_key_request,
+            (ClientStage.NEW, TrainRequest): self._check_header,  # type: ignore[dict-item]
+            (ClientStage.NEW, RecoveryRequest): self._check_header,  # type: ignore[dict-item]
+        }
+        for stage in keyed:
+            self._table[(stage, KeyRequest)] = self.on_key_request
+            self._table[(stage, TrainRequest)] = self.on_train_request
+            self._table[(stage, RecoveryRequest)] = self.on_recovery_request
+
+    # ------------------------------------------------------------------ dispatch
+    def receive(self, msg: Message) -> Reaction:
+        """Take one server message: the one entry point of the machine.
+
+        Parameters
+        ----------
+        msg
+            A decoded server message.
+
+        Returns
+        -------
+        KeyReply | TrainTask | RecoveryReply
+            The reply to send, or for a TrainRequest the :class:`TrainTask` to train and hand
+            to :meth:`upload`.
+
+        Raises
+        ------
+        NeedsKeysError
+            The silo has no keys for the server's session (answer with :func:`refusal_for`).
+        RemoteProtocolError
+            The message is refused (malformed, replayed, for another silo, ...); nothing
+            changed.
+        """
+        handler = self._table.get((self.stage, type(msg)))
+        if handler is None:
+            raise RemoteProtocolError(
+                f"a silo does not accept {type(msg).__name__} (stage {self.stage.value})",
+                sender=SERVER,
+            )
+        return handler(msg)
 
     def __repr__(self) -> str:  # no key material
         return f"ClientMachine(silo={self.silo}, stage={self.stage.value}, round={self.round})"
@@ -118,13 +262,18 @@ class ClientMachine:
     def _check_header(self, msg: Message) -> ProtocolConfig:
         cfg = self.config
         if cfg is None or self.stage == ClientStage.NEW:
-            raise RemoteProtocolError(
+            raise NeedsKeysError(
                 f"{NEEDS_KEYS}: this silo has no keys for the run (a restarted node?); the "
                 "server must run the key exchange with it first",
                 sender=SERVER,
             )
-        if msg.digest != cfg.digest:
+        if msg.sender != SERVER:
             raise RemoteProtocolError(
+                f"{type(msg).__name__} from silo {msg.sender}: only the server sends one",
+                sender=SERVER,
+            )
+        if msg.digest != cfg.digest:
+            raise NeedsKeysError(
                 f"{NEEDS_KEYS}: message is for another configuration or session (digest "
                 "mismatch): this silo missed the key exchange of the server's session",
                 sender=SERVER,
@@ -152,7 +301,21 @@ class ClientMachine:
 
     # ------------------------------------------------------------------ 1. keys
     def on_key_request(self, msg: KeyRequest) -> KeyReply:
-        """Learn the configuration and answer with this run's public key."""
+        """Learn the configuration and answer with this run's public key.
+
+        Everything is checked before any state changes: the sender is the server, the round
+        is 0, the digest matches the configuration, the configuration meets the silo's
+        :class:`~coded_fl.secagg.policy.ClientPolicy` and the index is in range (and the
+        pinned one, if the policy pins one).
+        """
+        if msg.sender != SERVER:
+            raise RemoteProtocolError(
+                f"KeyRequest from silo {msg.sender}: only the server sends one", sender=SERVER
+            )
+        if msg.round != 0:
+            raise RemoteProtocolError(
+                f"KeyRequest for round {msg.round}: key requests carry round 0", sender=SERVER
+            )
         cfg = ProtocolConfig.from_json(msg.config)
         if cfg.digest != msg.digest:
             raise RemoteProtocolError(
@@ -162,6 +325,7 @@ class ClientMachine:
             raise RemoteProtocolError(
                 f"silo index {msg.recipient} is not in 0..{cfg.n - 1}", sender=SERVER
             )
+        self.policy.check(cfg, msg.recipient)
         same_run = self.config is not None and self.config.digest == cfg.digest
         if same_run and msg.recipient != self.silo:
             raise RemoteProtocolError(
@@ -195,12 +359,23 @@ class ClientMachine:
                 f"TrainRequest for round {msg.round} replays or precedes round {self.round}",
                 sender=SERVER,
             )
+        if msg.round >= MAX_ROUND:
+            raise RemoteProtocolError(
+                f"TrainRequest for round {msg.round}: rounds must be below 2**63", sender=SERVER
+            )
         roster = dict(msg.roster)
         if len(roster) != len(msg.roster) or not all(0 <= s < cfg.n for s in roster):
             raise RemoteProtocolError("roster has duplicate or unknown silo ids", sender=SERVER)
+        for peer, key in roster.items():  # every key now, not after training
+            try:
+                check_public_key(key, sender=SERVER)
+            except RemoteProtocolError as exc:
+                raise RemoteProtocolError(
+                    f"the roster's key of silo {peer} is unusable: {exc}", sender=SERVER
+                ) from None
         _, silo, keys = self._identity()
         if roster.get(silo) != keys.public_bytes:
-            raise RemoteProtocolError(
+            raise NeedsKeysError(
                 "roster does not hold this silo's current public key (rekey needed)", sender=SERVER
             )
         if len(roster) < cfg.min_uploads:
@@ -208,17 +383,7 @@ class ClientMachine:
                 f"roster has {len(roster)} silos, fewer than the {cfg.min_uploads} a round needs",
                 sender=SERVER,
             )
-        code = cfg.gradient_code
-        support = tuple(int(k) for k in code.support(silo))
-        task = TrainTask(
-            round=msg.round,
-            silo=silo,
-            partitions=support,
-            coefficients=tuple(int(c) for c in code.coefficients(silo)),
-            rounding_keys=tuple(
-                RoundingKey.for_partition(cfg.run_id, msg.round, k) for k in support
-            ),
-        )
+        task = self._task_for(msg.round)
         self.roster = roster
         self.round = msg.round
         self.stage = ClientStage.TRAINING
@@ -327,7 +492,10 @@ class ClientMachine:
             if len(raw) != 4 * m:
                 raise RemoteProtocolError(f"share has {len(raw)} bytes, expected {4 * m}", sender=i)
             share = torch.from_numpy(np.frombuffer(raw, dtype="<u4").astype(np.uint32))
-            shares.append(cfg.field.validate(share, name=f"share from silo {i}"))
+            try:
+                shares.append(cfg.field.validate(share, name=f"share from silo {i}"))
+            except InputError as exc:  # authenticated, yet not field elements: its sender lied
+                raise RemoteProtocolError(str(exc), sender=i) from None
         agg = cfg.field.matmul(rows, shares)
         self.round = max(self.round, msg.round)
         self.recovered_round = msg.round
@@ -355,10 +523,30 @@ class ClientMachine:
         return json.dumps(state).encode()
 
     @classmethod
-    def from_bytes(cls, raw: bytes, *, entropy: Entropy = os.urandom) -> ClientMachine:
+    def from_bytes(
+        cls, raw: bytes, *, entropy: Entropy = os.urandom, policy: ClientPolicy | None = None
+    ) -> ClientMachine:
+        """The machine :meth:`to_bytes` saved.
+
+        Parameters
+        ----------
+        raw
+            The saved state.
+        entropy, policy
+            As for the constructor (neither is saved).
+
+        Returns
+        -------
+        ClientMachine
+
+        Raises
+        ------
+        LocalProtocolError
+            If the state is unreadable (the message names no secret).
+        """
         try:
             state = json.loads(raw)
-            m = cls(entropy=entropy)
+            m = cls(entropy=entropy, policy=policy)
             m.stage = ClientStage(state["stage"])
             m.config = (
                 None
@@ -374,23 +562,23 @@ class ClientMachine:
             m.roster = {int(s): bytes.fromhex(k) for s, k in state["roster"]}
             m.round = int(state["round"])
             m.recovered_round = int(state["recovered_round"])
-        except (ValueError, KeyError, TypeError) as exc:
+        except (ValueError, KeyError, TypeError, RemoteProtocolError) as exc:
             raise LocalProtocolError(
                 f"stored client state is unreadable: {type(exc).__name__}"
             ) from None
         if m.stage == ClientStage.TRAINING and m.config is not None and m.silo is not None:
-            m._task = m._rebuild_task()
+            m._task = m._task_for(m.round)
         return m
 
-    def _rebuild_task(self) -> TrainTask:
+    def _task_for(self, round_: int) -> TrainTask:
+        """What this silo trains in ``round_``: its partitions, code row and rounding keys."""
         cfg, silo, _ = self._identity()
-        support = tuple(int(k) for k in cfg.gradient_code.support(silo))
+        code = cfg.gradient_code
+        support = tuple(int(k) for k in code.support(silo))
         return TrainTask(
-            round=self.round,
+            round=round_,
             silo=silo,
             partitions=support,
-            coefficients=tuple(int(c) for c in cfg.gradient_code.coefficients(silo)),
-            rounding_keys=tuple(
-                RoundingKey.for_partition(cfg.run_id, self.round, k) for k in support
-            ),
+            coefficients=tuple(int(c) for c in code.coefficients(silo)),
+            rounding_keys=tuple(RoundingKey.for_partition(cfg.seed_id, round_, k) for k in support),
         )

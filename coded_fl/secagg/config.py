@@ -36,7 +36,7 @@ class ProtocolConfig:
         T: any T silos colluding with the server learn nothing beyond the sum (T >= 0).
     recovery_threshold
         U: mask recovery needs U replies, with T < U <= n - s. Default n - s; a smaller U
-        tolerates U - (n - s) silos dropping during recovery at the price of larger shares.
+        tolerates (n - s) - U silos dropping during recovery at the price of larger shares.
     vector_length
         d, elements of each silo's (flattened) update, weight coordinate included.
     clip_range, scale
@@ -49,8 +49,12 @@ class ProtocolConfig:
         Replies beyond n - s the server waits for (within the deadline) to check that replicas
         agree; 0 = use extras only when they are already there.
     headroom_bits
-        With ``scale=None``: bits left free above the largest true sum, so that a corrupted
-        aggregate element is caught by the range check with probability 1 - 2^-headroom_bits.
+        With ``scale=None``: bits left free above the largest true sum. Without extra replies
+        the range check is the only guard against replicas that disagree: an error of a
+        silo's replica lands on the aggregate multiplied by one public field element fixed by
+        the survivor set, so a given (survivor set, silo, partition) lets it through with
+        probability about 2^-headroom_bits over the configuration, for every coordinate at
+        once (``docs/protocol.md``, "Replicas that disagree"); extra replies check exactly.
     run_id
         Public identifier of the run: seeds and stochastic rounding derive from it (so a run
         can be repeated exactly).
@@ -97,6 +101,8 @@ class ProtocolConfig:
                 f"reply; lower num_stragglers to at most {n - 1}"
             )
         u = n - s if self.recovery_threshold is None else self.recovery_threshold
+        if isinstance(u, bool) or not isinstance(u, int):
+            raise ConfigurationError(f"recovery_threshold must be an int or None, got {u!r}")
         if not 0 <= t < u <= n - s:
             raise ConfigurationError(
                 f"need 0 <= privacy_threshold T < recovery_threshold U <= n - s = {n - s}, got "
@@ -139,34 +145,42 @@ class ProtocolConfig:
     # ------------------------------------------------------------------ derived objects
     @property
     def field(self) -> PrimeField:
+        """GF(p), the field of every vector of the protocol."""
         return self._derived["field"]
 
     @property
     def gradient_code(self) -> GradientCode:
+        """The gradient code B for n silos, K partitions and s stragglers."""
         return self._derived["code"]
 
     @property
     def quantization(self) -> QuantizationConfig:
+        """How update entries become field elements (clip range, scale, K summands)."""
         return self._derived["quantization"]
 
     @property
     def sharing(self) -> MaskSharing:
+        """The mask sharing: U pieces, T of them noise, one share per silo."""
         return self._derived["sharing"]
 
     @property
     def U(self) -> int:
+        """U, the recovery replies needed to unmask (default n - s)."""
         return self._derived["U"]
 
     @property
     def T(self) -> int:
+        """T, the colluding silos tolerated (``privacy_threshold``)."""
         return self.privacy_threshold
 
     @property
     def n(self) -> int:
+        """n, the silos (``num_silos``)."""
         return self.num_silos
 
     @property
     def s(self) -> int:
+        """s, the stragglers tolerated (``num_stragglers``)."""
         return self.num_stragglers
 
     @property
@@ -175,12 +189,20 @@ class ProtocolConfig:
         return max(self.n - self.s, self.U)
 
     @property
+    def seed_id(self) -> str:
+        """The public id the session's training seeds and rounding keys derive from: run and
+        session, so two sessions of one run (two ``start`` calls) never repeat a seed."""
+        return f"{self.run_id}/{self.session}"
+
+    @property
     def run_bytes(self) -> bytes:
         """What keys and sealed shares are bound to: run and session."""
-        return f"{self.run_id}/{self.session}".encode()
+        return self.seed_id.encode()
 
     # ------------------------------------------------------------------ wire form
     def to_json(self) -> bytes:
+        """The configuration as canonical JSON bytes (what a KeyRequest carries and the digest
+        covers)."""
         fields = {
             "num_silos": self.num_silos,
             "num_stragglers": self.num_stragglers,
@@ -202,13 +224,32 @@ class ProtocolConfig:
 
     @classmethod
     def from_json(cls, raw: bytes) -> ProtocolConfig:
+        """The configuration :meth:`to_json` wrote, checked like a new one.
+
+        Parameters
+        ----------
+        raw
+            JSON bytes from a peer.
+
+        Returns
+        -------
+        ProtocolConfig
+
+        Raises
+        ------
+        RemoteProtocolError
+            If the bytes are not a valid configuration (the sender is at fault).
+        """
         try:
             fields = json.loads(raw)
             if not isinstance(fields, dict):
                 raise TypeError("not an object")
             cfg = cls(**fields)
-        except (ValueError, TypeError) as exc:
-            raise RemoteProtocolError(f"unreadable protocol configuration: {exc}") from None
+        except (ValueError, TypeError, ArithmeticError, RecursionError) as exc:
+            # a peer's JSON: nested past the parser's depth, or values that overflow, too
+            raise RemoteProtocolError(
+                f"unreadable protocol configuration: {type(exc).__name__}: {exc}"
+            ) from None
         return cfg
 
     @functools.cached_property
@@ -223,6 +264,7 @@ class ProtocolConfig:
         return self.vector_length + self.n * self.sharing.piece_length
 
     def describe(self) -> str:
+        """The configuration in one line (n, s, T, U, K, d, p, code, share size, upload)."""
         m = self.sharing.piece_length
         return (
             f"n={self.n} s={self.s} T={self.T} U={self.U} K={self.gradient_code.K} "

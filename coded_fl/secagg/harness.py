@@ -65,13 +65,37 @@ class RoundOutcome:
 
 
 def deterministic_entropy(seed: int) -> Callable[[int], bytes]:
-    """A seeded byte source for reproducible test runs (never for real masks)."""
+    """A seeded byte source for reproducible test runs (never for real masks).
+
+    Parameters
+    ----------
+    seed
+        The seed.
+
+    Returns
+    -------
+    Callable[[int], bytes]
+    """
     rng = random.Random(seed)  # noqa: S311 - test determinism only
     return lambda n: rng.randbytes(n)
 
 
 def gaussian_partials(d: int, *, seed: int = 0, scale: float = 0.1) -> Partials:
-    """Partition k's update in round r: a fixed Gaussian vector (same on every replica)."""
+    """Partition k's update in round r: a fixed Gaussian vector (same on every replica).
+
+    Parameters
+    ----------
+    d
+        Vector length.
+    seed
+        Seeds every (round, partition) vector.
+    scale
+        Standard deviation.
+
+    Returns
+    -------
+    Callable[[int, int], torch.Tensor]
+    """
 
     def make(round_: int, partition: int) -> torch.Tensor:
         g = torch.Generator().manual_seed(seed * 1_000_003 + round_ * 1009 + partition)
@@ -81,7 +105,20 @@ def gaussian_partials(d: int, *, seed: int = 0, scale: float = 0.1) -> Partials:
 
 
 class Harness:
-    """Runs the protocol for ``config`` among in-memory machines."""
+    """Runs the protocol for ``config`` among in-memory machines.
+
+    Parameters
+    ----------
+    config
+        The protocol configuration.
+    partials
+        ``partials(round, partition)`` -> that partition's update (default: Gaussian vectors
+        of :func:`gaussian_partials`, the same on every replica).
+    seed
+        Seeds the default partials and the machines' entropy.
+    secure_entropy
+        Use the OS CSPRNG instead of seeded entropy.
+    """
 
     def __init__(
         self,
@@ -219,6 +256,6 @@ class Harness:
         cfg = self.config
         total = torch.zeros(cfg.vector_length, dtype=torch.int64)
         for k in range(cfg.gradient_code.K):
-            key = RoundingKey.for_partition(cfg.run_id, number, k)
+            key = RoundingKey.for_partition(cfg.seed_id, number, k)
             total += stochastic_round(self.partials(number, k), cfg.quantization, key)
         return total

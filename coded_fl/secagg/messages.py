@@ -9,31 +9,53 @@ Layout of every message (little endian)::
 ``uint32`` (4 bytes per element, no pickles, no text); byte strings and lists carry explicit
 lengths, and :func:`decode` checks every length against the buffer, so truncated, padded or
 garbled input raises :class:`RemoteProtocolError` instead of producing a half-read message.
+
+Every count and length is checked before anything is built from it: against the bytes left
+(a count of empty items must be backed by bytes too), and, when the receiver passes the
+:class:`Limits` of its configuration, against what that configuration allows (n silos, d and
+m elements, s + 1 weight rows, fixed key and sealed-share sizes). A receiver that knows its
+configuration reads the type first (:func:`peek_header`) and decodes with its limits.
+
+Length: one wire format: every message type's layout, its limits and its bounds checks in one
+place (about 400 lines of code).
 """
 
 from __future__ import annotations
 
 import struct
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from enum import IntEnum
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 import numpy as np
 import torch
 
+from coded_fl.crypto import KEY_BYTES, SEAL_OVERHEAD
 from coded_fl.errors import InputError, RemoteProtocolError
 
+if TYPE_CHECKING:
+    from coded_fl.secagg.config import ProtocolConfig
+
 __all__ = [
+    "HEADER_BYTES",
+    "MAX_CONFIG_BYTES",
     "SERVER",
     "VERSION",
+    "Header",
     "KeyReply",
     "KeyRequest",
+    "Limits",
     "Message",
     "RecoveryReply",
     "RecoveryRequest",
+    "Refusal",
+    "RefusalCode",
     "TrainRequest",
     "Upload",
     "decode",
     "encode",
+    "peek_header",
+    "peek_type",
 ]
 
 MAGIC = b"CFL"
@@ -114,9 +136,119 @@ class RecoveryReply(Message):
     rows: torch.Tensor = field(default_factory=lambda: torch.empty((0, 0), dtype=torch.uint32))
 
 
+class RefusalCode(IntEnum):
+    """Why a silo refuses a server message in a way the server acts on.
+
+    ``NEEDS_KEYS``: the silo holds no keys for the server's session; the server reruns the key
+    exchange with it before the next round. ``ACCUSES``: a share sealed for this silo by silo
+    ``accused`` failed authentication (altered in transit or by its sender); the server reports
+    the accusation (which the accusing silo could forge: it is a lead, not a proof).
+    ``MISCONFIGURED``: the silo cannot take part because of a setting (e.g. a partition larger
+    than ``max_weight``, a model that does not match the configuration); the detail names it.
+    When more silos refuse so than a round can spare, no round can complete and the server
+    stops the run with that message.
+    """
+
+    NEEDS_KEYS = 1
+    ACCUSES = 2
+    MISCONFIGURED = 3
+
+    @property
+    def label(self) -> str:
+        """The code as text, e.g. ``codedfl-needs-keys`` (stable: it appears in reports)."""
+        return "codedfl-" + self.name.lower().replace("_", "-")
+
+
+#: Longest human-readable detail a refusal carries (bytes of UTF-8).
+MAX_DETAIL_BYTES = 512
+
+
+@dataclass(frozen=True)
+class Refusal(Message):
+    """Silo -> server: a typed refusal of the server's message (see :class:`RefusalCode`).
+
+    The server acts on ``code`` and ``accused`` only; ``detail`` is for people (no secret ever
+    goes into it) and is cut to :data:`MAX_DETAIL_BYTES`.
+    """
+
+    TYPE: ClassVar[int] = 7
+    code: RefusalCode = RefusalCode.NEEDS_KEYS
+    accused: int | None = None
+    detail: str = ""
+
+
+_NO_SILO = -2  # the encoding of Refusal.accused = None
+
+#: Longest configuration a KeyRequest may carry (bytes of JSON; a real one is under 1 KiB).
+MAX_CONFIG_BYTES = 1 << 16
+
+
+@dataclass(frozen=True, kw_only=True)
+class Limits:
+    """What a receiver that knows the configuration accepts, checked by :func:`decode` before
+    it builds anything (:meth:`for_config` derives them from a :class:`ProtocolConfig`).
+
+    Parameters
+    ----------
+    silos
+        n: a roster, a survivor set and an upload's shares have at most n entries.
+    min_survivors
+        n - s: a recovery request has at most |S| - (n - s) + 1 weight rows.
+    max_rows
+        s + 1: the most weight rows a request, and rows a recovery reply, may have.
+    vector_length
+        d: an upload's masked vector has exactly d elements.
+    piece_length
+        m: a recovery reply's rows have exactly m elements.
+    sealed_share_bytes
+        4 m + 16: the size of every sealed share.
+    public_key_bytes
+        32: the size of every X25519 public key.
+    """
+
+    silos: int
+    min_survivors: int
+    max_rows: int
+    vector_length: int
+    piece_length: int
+    sealed_share_bytes: int
+    public_key_bytes: int = KEY_BYTES
+
+    @classmethod
+    def for_config(cls, cfg: ProtocolConfig) -> Limits:
+        """The limits of the messages of a run of ``cfg``.
+
+        Parameters
+        ----------
+        cfg
+            The run's public configuration.
+
+        Returns
+        -------
+        Limits
+        """
+        m = cfg.sharing.piece_length
+        return cls(
+            silos=cfg.n,
+            min_survivors=cfg.n - cfg.s,
+            max_rows=cfg.s + 1,
+            vector_length=cfg.vector_length,
+            piece_length=m,
+            sealed_share_bytes=4 * m + SEAL_OVERHEAD,
+        )
+
+
 _TYPES: dict[int, type[Message]] = {
     cls.TYPE: cls
-    for cls in (KeyRequest, KeyReply, TrainRequest, Upload, RecoveryRequest, RecoveryReply)
+    for cls in (
+        KeyRequest,
+        KeyReply,
+        TrainRequest,
+        Upload,
+        RecoveryRequest,
+        RecoveryReply,
+        Refusal,
+    )
 }
 
 
@@ -128,7 +260,34 @@ def _blob(b: bytes) -> bytes:
 
 
 def encode(msg: Message) -> bytes:
-    """Serialise a message (see the module docstring for the layout)."""
+    """Serialise a message (see the module docstring for the layout).
+
+    Parameters
+    ----------
+    msg
+        Any protocol message.
+
+    Returns
+    -------
+    bytes
+
+    Raises
+    ------
+    InputError
+        If a field does not fit the layout (a digest not 8 bytes, a vector not uint32,
+        mismatched list lengths, an integer out of its wire type's range).
+    """
+    try:
+        return _encode(msg)
+    except InputError:
+        raise
+    except (struct.error, OverflowError, ValueError, TypeError) as exc:
+        raise InputError(
+            f"cannot encode {type(msg).__name__}: a field does not fit its wire type ({exc})"
+        ) from None
+
+
+def _encode(msg: Message) -> bytes:
     if len(msg.digest) != 8:
         raise InputError("config digest must be 8 bytes")
     head = _HEADER.pack(MAGIC, VERSION, msg.TYPE, msg.digest, msg.round, msg.sender, msg.recipient)
@@ -159,6 +318,11 @@ def encode(msg: Message) -> bytes:
             raise InputError("RecoveryReply rows must be a 2-D tensor")
         parts.append(struct.pack("<II", rows.shape[0], rows.shape[1]))
         parts.append(_vector_bytes(rows.reshape(-1)))
+    elif isinstance(msg, Refusal):
+        accused = _NO_SILO if msg.accused is None else int(msg.accused)
+        detail = msg.detail.encode("utf-8")[:MAX_DETAIL_BYTES]
+        parts.append(struct.pack("<Bi", int(msg.code), accused))
+        parts.append(_blob(detail.decode("utf-8", "ignore").encode("utf-8")))
     else:  # pragma: no cover - every subclass is handled above
         raise InputError(f"cannot encode {type(msg).__name__}")
     return b"".join(parts)
@@ -180,26 +344,33 @@ class _Reader:
         s = struct.Struct(fmt)
         return s.unpack(self.take(s.size))
 
-    def blob(self) -> bytes:
+    def blob(self, size: int | None = None, what: str = "byte string") -> bytes:
+        """A length-prefixed byte string; ``size``: the only length allowed."""
         (n,) = self.unpack("<I")
+        if size is not None and n != size:
+            raise RemoteProtocolError(f"{what} has {n} bytes, expected {size}")
         return bytes(self.take(n))
 
     def vector(self, count: int) -> torch.Tensor:
         raw = self.take(4 * count)
         return torch.from_numpy(np.frombuffer(raw, dtype="<u4").astype(np.uint32))
 
-    def count(self, item_bytes: int) -> int:
-        """A list length, checked against what is left so a huge length cannot allocate."""
+    def left(self) -> int:
+        return len(self.buf) - self.pos
+
+    def count(self, item_bytes: int, most: int | None = None, what: str = "list") -> int:
+        """A list length, checked against ``most`` and against what is left (every item takes
+        at least ``item_bytes``), so a huge length cannot allocate."""
         (n,) = self.unpack("<I")
-        if n * item_bytes > len(self.buf) - self.pos:
+        if most is not None and n > most:
+            raise RemoteProtocolError(f"{what} has {n} entries; the configuration allows {most}")
+        if n * item_bytes > self.left():
             raise RemoteProtocolError("message is truncated or has a bad length field")
         return int(n)
 
 
-def decode(buf: bytes | bytearray | memoryview) -> Message:
-    """Parse bytes into a message; anything malformed raises :class:`RemoteProtocolError`."""
-    r = _Reader(buf)
-    magic, version, kind, digest, round_, sender, recipient = r.unpack(_HEADER.format)
+def _header_type(header: tuple[Any, ...]) -> type[Message]:
+    magic, version, kind = header[:3]
     if magic != MAGIC:
         raise RemoteProtocolError("not a coded-fl message (bad magic)")
     if version != VERSION:
@@ -210,42 +381,179 @@ def decode(buf: bytes | bytearray | memoryview) -> Message:
     cls = _TYPES.get(kind)
     if cls is None:
         raise RemoteProtocolError(f"unknown message type {kind}")
+    return cls
+
+
+class Header(NamedTuple):
+    """The common header of an encoded message (what :func:`peek_header` reads).
+
+    Parameters
+    ----------
+    type
+        The message class the header names.
+    digest, round, sender, recipient
+        The header fields (see the module docstring).
+    """
+
+    type: type[Message]
+    digest: bytes
+    round: int
+    sender: int
+    recipient: int
+
+
+def peek_header(buf: bytes | bytearray | memoryview) -> Header:
+    """The header of an encoded message, read without parsing its body.
+
+    Parameters
+    ----------
+    buf
+        The encoded message, or at least its first ``HEADER_BYTES`` bytes.
+
+    Returns
+    -------
+    Header
+        The message class, the configuration digest, the round, the sender and the recipient.
+
+    Raises
+    ------
+    RemoteProtocolError
+        If the header is short, not coded-fl's, of another version or of an unknown type.
+    """
+    if len(buf) < _HEADER.size:
+        raise RemoteProtocolError("message is shorter than its header")
+    header = _HEADER.unpack(bytes(buf[: _HEADER.size]))
+    _, _, _, digest, round_, sender, recipient = header
+    return Header(_header_type(header), bytes(digest), round_, sender, recipient)
+
+
+def peek_type(buf: bytes | bytearray | memoryview) -> type[Message]:
+    """The type of an encoded message, read from its header alone (the body is not parsed).
+
+    Parameters
+    ----------
+    buf
+        The encoded message, or at least its first ``HEADER_BYTES`` bytes.
+
+    Returns
+    -------
+    type[Message]
+        The message class named by the header.
+
+    Raises
+    ------
+    RemoteProtocolError
+        If the header is short, not coded-fl's, of another version or of an unknown type.
+    """
+    return peek_header(buf).type
+
+
+#: Bytes of the common header (what :func:`peek_type` reads).
+HEADER_BYTES = _HEADER.size
+
+
+def decode(buf: bytes | bytearray | memoryview, *, limits: Limits | None = None) -> Message:
+    """Parse bytes into a message; anything malformed raises :class:`RemoteProtocolError`.
+
+    Parameters
+    ----------
+    buf
+        The encoded message.
+    limits
+        The receiver's :class:`Limits` (from its configuration), if it knows them: every count
+        and size is checked against them before anything is built. Without them counts are
+        checked against the bytes left only.
+
+    Returns
+    -------
+    Message
+
+    Raises
+    ------
+    RemoteProtocolError
+        If the bytes are not a well-formed message, or a count exceeds ``limits``.
+    """
+    r = _Reader(buf)
+    header = r.unpack(_HEADER.format)
+    _, _, _, digest, round_, sender, recipient = header
+    cls = _header_type(header)
     head: dict[str, Any] = {
         "digest": bytes(digest),
         "round": round_,
         "sender": sender,
         "recipient": recipient,
     }
+    lim = limits
+    key_size = None if lim is None else lim.public_key_bytes
+    share_size = None if lim is None else lim.sealed_share_bytes
+    silos = None if lim is None else lim.silos
     msg: Message
     if cls is KeyRequest:
-        msg = KeyRequest(**head, config=r.blob())
+        (size,) = r.unpack("<I")
+        if size > MAX_CONFIG_BYTES:
+            raise RemoteProtocolError(
+                f"configuration of {size} bytes exceeds {MAX_CONFIG_BYTES} bytes"
+            )
+        msg = KeyRequest(**head, config=bytes(r.take(size)))
     elif cls is KeyReply:
-        msg = KeyReply(**head, public_key=r.blob())
+        msg = KeyReply(**head, public_key=r.blob(key_size, "public key"))
     elif cls is TrainRequest:
-        n = r.count(8)
-        roster = tuple((r.unpack("<i")[0], r.blob()) for _ in range(n))
+        n = r.count(8, silos, "roster")
+        roster = tuple((r.unpack("<i")[0], r.blob(key_size, "public key")) for _ in range(n))
         msg = TrainRequest(**head, roster=roster)
     elif cls is Upload:
         (nbytes,) = r.unpack("<I")
         if nbytes % 4:
             raise RemoteProtocolError("masked vector length is not a multiple of 4 bytes")
+        if lim is not None and nbytes != 4 * lim.vector_length:
+            raise RemoteProtocolError(
+                f"masked vector has {nbytes // 4} elements, expected {lim.vector_length}"
+            )
         masked = r.vector(nbytes // 4)
-        n = r.count(8)
-        shares = tuple((r.unpack("<i")[0], r.blob()) for _ in range(n))
+        n = r.count(8, silos, "shares")
+        shares = tuple((r.unpack("<i")[0], r.blob(share_size, "sealed share")) for _ in range(n))
         msg = Upload(**head, masked=masked, shares=shares)
     elif cls is RecoveryRequest:
         n, rows = r.unpack("<II")
-        if (n + n * rows) * 4 + n * 4 > len(r.buf) - r.pos:
+        # every weight row has one entry per survivor and n - s >= 1, so rows <= |S|
+        most = n if lim is None else min(lim.max_rows, n - lim.min_survivors + 1)
+        if lim is not None and not lim.min_survivors <= n <= lim.silos:
+            raise RemoteProtocolError(
+                f"{n} survivors; the configuration needs {lim.min_survivors}..{lim.silos}"
+            )
+        if rows > most:
+            raise RemoteProtocolError(f"{rows} weight rows for {n} survivors (at most {most})")
+        if 4 * n * (3 + rows) > r.left():  # survivors, weights, two length fields each
             raise RemoteProtocolError("message is truncated or has a bad length field")
         survivors = tuple(int(v) for v in np.frombuffer(r.take(4 * n), dtype="<i4"))
         w = np.frombuffer(r.take(4 * n * rows), dtype="<u4").reshape(rows, n)
         weights = tuple(tuple(int(v) for v in row) for row in w)
-        boxes = tuple(r.blob() for _ in range(n))
-        keys = tuple(r.blob() for _ in range(n))
+        boxes = tuple(r.blob(share_size, "sealed share") for _ in range(n))
+        keys = tuple(r.blob(key_size, "public key") for _ in range(n))
         msg = RecoveryRequest(**head, survivors=survivors, weights=weights, shares=boxes, keys=keys)
+    elif cls is Refusal:
+        code, accused = r.unpack("<Bi")
+        try:
+            reason = RefusalCode(code)
+        except ValueError:
+            raise RemoteProtocolError(f"unknown refusal code {code}") from None
+        (size,) = r.unpack("<I")
+        if size > MAX_DETAIL_BYTES:
+            raise RemoteProtocolError(f"refusal detail exceeds {MAX_DETAIL_BYTES} bytes")
+        msg = Refusal(
+            **head,
+            code=reason,
+            accused=None if accused == _NO_SILO else accused,
+            detail=bytes(r.take(size)).decode("utf-8", "replace"),
+        )
     else:
         rows, cols = r.unpack("<II")
-        if rows * cols * 4 > len(r.buf) - r.pos:
+        if lim is not None and (rows > lim.max_rows or cols != lim.piece_length):
+            raise RemoteProtocolError(
+                f"recovery reply of {rows} x {cols}; the configuration allows at most "
+                f"{lim.max_rows} rows of {lim.piece_length}"
+            )
+        if rows * cols * 4 > r.left():
             raise RemoteProtocolError("message is truncated or has a bad length field")
         msg = RecoveryReply(**head, rows=r.vector(rows * cols).reshape(rows, cols))
     if r.pos != len(r.buf):

@@ -18,6 +18,9 @@ Theory of operation (``docs/protocol.md`` has the whole protocol and its proofs)
 Transition table (stage, input) -> handler; any other pair raises :class:`RemoteProtocolError`
 (for a peer's message) or :class:`LocalProtocolError` (for a driver call) and changes nothing.
 The server only ever holds masked uploads and aggregates: no individual update in the clear.
+
+Length: one module because every handler works on the round state of the machine; about 350
+lines of code, the rest documentation.
 """
 
 from __future__ import annotations
@@ -29,10 +32,11 @@ from enum import Enum
 import numpy as np
 import torch
 
+from coded_fl.codes.consistency import locate
+from coded_fl.crypto import SEAL_OVERHEAD, check_public_key
 from coded_fl.errors import DecodingError, LocalProtocolError, RemoteProtocolError
 from coded_fl.quantize import dequantize
 from coded_fl.secagg.config import ProtocolConfig
-from coded_fl.secagg.keys import TAG_BYTES, check_public_key
 from coded_fl.secagg.messages import (
     SERVER,
     KeyReply,
@@ -89,7 +93,13 @@ class _Round:
 
 
 class ServerMachine:
-    """Drives one run for ``config``; the roster maps silo index -> public key."""
+    """Drives one run for ``config``; the roster maps silo index -> public key.
+
+    Parameters
+    ----------
+    config
+        The public protocol configuration of the run.
+    """
 
     def __init__(self, config: ProtocolConfig) -> None:
         self.config = config
@@ -190,6 +200,13 @@ class ServerMachine:
 
     # ------------------------------------------------------------------ collection
     def start_round(self, number: int) -> list[TrainRequest]:
+        """Open round ``number``: one TrainRequest (with the roster) per roster silo.
+
+        Raises
+        ------
+        LocalProtocolError
+            Outside stage READY, or if ``number`` does not follow the last round.
+        """
         self._require(ServerStage.READY)
         if number <= self.last_round:
             raise LocalProtocolError(f"round {number} must follow round {self.last_round}")
@@ -224,7 +241,7 @@ class ServerMachine:
             raise RemoteProtocolError(
                 "upload must carry one share per roster silo, in order", sender=msg.sender
             )
-        size = 4 * cfg.sharing.piece_length + TAG_BYTES
+        size = 4 * cfg.sharing.piece_length + SEAL_OVERHEAD
         if any(len(c) != size for _, c in msg.shares):
             raise RemoteProtocolError(f"a sealed share is not {size} bytes", sender=msg.sender)
         try:
@@ -247,10 +264,6 @@ class ServerMachine:
             return False
         want = min(self.config.min_uploads + self.config.extra_replies, len(self.roster))
         return len(rnd.uploads) >= want
-
-    @property
-    def uploaded(self) -> tuple[int, ...]:
-        return tuple(sorted(self._round.uploads)) if self._round else ()
 
     def close_collection(self) -> list[RecoveryRequest] | RoundAborted:
         """Fix S = the silos whose upload arrived; ask each of them for its share sums."""
@@ -313,6 +326,7 @@ class ServerMachine:
 
     @property
     def recovery_ready(self) -> bool:
+        """True once U recovery replies are in: the round can be decoded."""
         rnd = self._round
         return rnd is not None and len(rnd.replies) >= self.config.U
 
@@ -333,7 +347,10 @@ class ServerMachine:
         masked = F.matmul(weights, [rnd.uploads[i].masked for i in rnd.survivors])
         sums = F.sub(masked, masks)  # row 0: sum_k q(g_k); rows 1..: parity checks
         if sums.shape[0] > 1 and bool((sums[1:] != 0).any()):
-            suspects = locate_inconsistent(weights[1:], sums[1:], rnd.survivors, F.p)
+            # name one silo, and only when it alone explains every failed check (needs e >= 2)
+            found = locate(F, weights[1:], sums[1:], radius=1)
+            located = found.sets[0] if len(found.sets) == 1 else ()
+            suspects = tuple(rnd.survivors[i] for i in located)
             named = (
                 f"; suspect silo(s) {list(suspects)}"
                 if suspects
@@ -386,35 +403,3 @@ def _weights(rnd: _Round) -> np.ndarray:
     if rnd.weights is None:
         raise LocalProtocolError("the round has no survivor set yet (close_collection first)")
     return rnd.weights
-
-
-def locate_inconsistent(
-    checks: np.ndarray, results: torch.Tensor, survivors: Sequence[int], p: int
-) -> tuple[int, ...]:
-    """Name the one silo whose reply explains every failed parity check, if there is one.
-
-    With e check rows H and one bad reply at survivor c with error E, check k returns
-    :math:`H_{kc} E`. Any two columns of H are independent when e >= 2 (the code on S is MDS),
-    so exactly one c fits; with e = 1 every column fits and nothing can be named.
-    """
-    e = checks.shape[0]
-    if e < 2:
-        return ()
-    r = results.to(torch.int64).numpy()
-    nz = np.flatnonzero(r.any(axis=0))
-    if nz.size == 0:
-        return ()
-    v = r[:, nz[0]]
-    fits = []
-    for c in range(checks.shape[1]):
-        h = checks[:, c]
-        k0 = int(np.flatnonzero(h)[0]) if h.any() else -1
-        if k0 < 0:
-            continue
-        lam = int(v[k0]) * pow(int(h[k0]), -1, p) % p
-        if not np.array_equal(h * lam % p, v):
-            continue
-        err = r[k0] * pow(int(h[k0]), -1, p) % p
-        if np.array_equal((h[:, None] * err[None, :]) % p, r):
-            fits.append(int(survivors[c]))
-    return tuple(fits) if len(fits) == 1 else ()

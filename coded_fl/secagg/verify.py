@@ -19,7 +19,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from coded_fl.errors import RemoteProtocolError
-from coded_fl.linalg import left_null_space, mat_mul
+from coded_fl.linalg import mat_mul
 from coded_fl.secagg.config import ProtocolConfig
 from coded_fl.secagg.messages import SERVER
 
@@ -27,6 +27,26 @@ __all__ = ["check_survivors", "check_weight_rows", "weight_rows"]
 
 
 def check_survivors(cfg: ProtocolConfig, survivors: Sequence[int]) -> tuple[int, ...]:
+    """The announced survivor set S, checked: strictly increasing silo ids, enough of them.
+
+    Parameters
+    ----------
+    cfg
+        The run's configuration (n, s, U).
+    survivors
+        S as the server announced it.
+
+    Returns
+    -------
+    tuple[int, ...]
+        S as Python ints.
+
+    Raises
+    ------
+    RemoteProtocolError
+        Blaming the server, if S is not strictly increasing ids in 0..n-1 or has fewer than
+        max(n - s, U) silos.
+    """
     s = tuple(int(i) for i in survivors)
     if list(s) != sorted(set(s)) or any(not 0 <= i < cfg.n for i in s):
         raise RemoteProtocolError(
@@ -41,18 +61,66 @@ def check_survivors(cfg: ProtocolConfig, survivors: Sequence[int]) -> tuple[int,
 
 
 def weight_rows(cfg: ProtocolConfig, survivors: Sequence[int]) -> np.ndarray:
-    """Row 0: the decoding vector for S; then a basis of the code's parity checks on S."""
+    """The rows the server asks the survivors to unmask with.
+
+    Row 0 is the decoding vector a for S; the rows after it are the first |S| - (n - s) rows
+    of the code's parity checks on S (:meth:`~coded_fl.codes.GradientCode.parity_checks`,
+    computed once per survivor set and cached by the code). Silos recompute a and check the
+    other rows with :func:`check_weight_rows`.
+
+    Parameters
+    ----------
+    cfg
+        The run's configuration; its gradient code is public.
+    survivors
+        S, strictly increasing silo ids.
+
+    Returns
+    -------
+    numpy.ndarray
+        A (1 + min(e, |S| - (n - s))) x |S| ``int64`` matrix of field elements (a new array),
+        e the number of parity checks on S.
+
+    Raises
+    ------
+    RemoteProtocolError
+        If the survivor set is malformed (see :func:`check_survivors`).
+    """
     s = check_survivors(cfg, survivors)
     code = cfg.gradient_code
     a = np.asarray(code.decoding_vector(list(s)), dtype=np.int64).reshape(1, -1)
-    checks = left_null_space(code.matrix[list(s)], cfg.p)
+    checks = code.parity_checks(list(s))
     return np.concatenate([a, checks[: len(s) - (cfg.n - cfg.s)]], axis=0)
 
 
 def check_weight_rows(
     cfg: ProtocolConfig, survivors: Sequence[int], weights: Sequence[Sequence[int]]
 ) -> np.ndarray:
-    """Refuse (RemoteProtocolError, blaming the server) any row a silo must not answer."""
+    """The weight rows a silo was asked to answer, refused unless answering is harmless.
+
+    Row 0 must be the code's decoding vector for S; every further row must be a nonzero parity
+    check of the code on S (:math:`h^T B_S = 0`, checked directly: the server may send any basis
+    of checks, not only the one :func:`weight_rows` builds), at most |S| - (n - s) of them.
+
+    Parameters
+    ----------
+    cfg
+        The run's configuration; its gradient code is public.
+    survivors
+        S as the server announced it.
+    weights
+        The rows the server sent.
+
+    Returns
+    -------
+    numpy.ndarray
+        ``weights`` as an ``int64`` matrix.
+
+    Raises
+    ------
+    RemoteProtocolError
+        Blaming the server, for a malformed survivor set or any row a silo must not answer.
+    """
     s = check_survivors(cfg, survivors)
     w = np.asarray(weights, dtype=np.int64)
     if w.ndim != 2 or w.shape[0] < 1 or w.shape[1] != len(s):

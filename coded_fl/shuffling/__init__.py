@@ -7,32 +7,24 @@ Modules, bottom up: :mod:`~coded_fl.shuffling.theory` (load formulas, lower boun
 :mod:`~coded_fl.shuffling.codec` (vectorised XOR encode/decode),
 :mod:`~coded_fl.shuffling.session` (sans-IO sender, silo and relay state machines, AES-GCM),
 :mod:`~coded_fl.shuffling.store` (a silo's atomic on-disk unit store),
-:mod:`~coded_fl.shuffling.harness` (K silos in memory).
+:mod:`~coded_fl.shuffling.silo` (a store meets a plan: placement, side information, commit).
 The transport through an untrusted relay: :mod:`~coded_fl.shuffling.groupkey` (the epoch's
 group key from the project's key agreement), :mod:`~coded_fl.shuffling.wire` (public job,
-packets), :mod:`~coded_fl.shuffling.member` (a silo's or the sender's machine),
-:mod:`~coded_fl.shuffling.coordinator` (the relay's machine, results),
+packets), :mod:`~coded_fl.shuffling.shares` (sealed manifest shares),
+:mod:`~coded_fl.shuffling.member` (a silo's or the sender's machine),
+:mod:`~coded_fl.shuffling.coordinator` (the relay's machine), :mod:`~coded_fl.shuffling.routing`
+(its plan and forwarding), :mod:`~coded_fl.shuffling.results` (what an epoch did),
 :mod:`~coded_fl.shuffling.loopback` (both in one process).
+
+Not imported here: :mod:`~coded_fl.shuffling.harness` (K silos in memory: ``simulate``,
+``silo_buffer``), a test and simulation helper; import it from its module.
 """
 
 from coded_fl.shuffling.codec import SegmentBuffer, cached_subfiles, decode, encode
-from coded_fl.shuffling.coordinator import (
-    RelayCoordinator,
-    ShuffleResult,
-    SiloOutcome,
-    relay_plan,
-)
+from coded_fl.shuffling.coordinator import RelayCoordinator, RelayStage
 from coded_fl.shuffling.groupkey import Roster, derive_key, make_group_key, open_group_key
-from coded_fl.shuffling.harness import (
-    ShuffleOutcome,
-    commit_delivery,
-    install_silo,
-    load_silo,
-    silo_buffer,
-    simulate,
-)
 from coded_fl.shuffling.loopback import run_loopback
-from coded_fl.shuffling.member import ShuffleMember
+from coded_fl.shuffling.member import MemberStage, ShuffleMember
 from coded_fl.shuffling.placement import (
     Assignment,
     assignment_from_support,
@@ -43,6 +35,8 @@ from coded_fl.shuffling.placement import (
     shifted_assignment,
 )
 from coded_fl.shuffling.planner import CENTRAL, Mode, ShufflePlan, plan_shuffle
+from coded_fl.shuffling.results import ShuffleResult, SiloOutcome
+from coded_fl.shuffling.routing import relay_plan
 from coded_fl.shuffling.session import (
     DeliveryReport,
     RelaySession,
@@ -50,6 +44,7 @@ from coded_fl.shuffling.session import (
     ShuffleMessage,
     SiloSession,
 )
+from coded_fl.shuffling.silo import check_holdings, commit_delivery, install_silo, load_silo
 from coded_fl.shuffling.store import UnitStore
 from coded_fl.shuffling.theory import (
     centralized_load,
@@ -67,16 +62,17 @@ __all__ = [
     "Assignment",
     "DeliveryReport",
     "Layout",
+    "MemberStage",
     "Mode",
     "RelayCoordinator",
     "RelaySession",
+    "RelayStage",
     "Roster",
     "SegmentBuffer",
     "SenderSession",
     "ShuffleJob",
     "ShuffleMember",
     "ShuffleMessage",
-    "ShuffleOutcome",
     "ShufflePlan",
     "ShuffleResult",
     "SiloOutcome",
@@ -90,6 +86,7 @@ __all__ = [
     "cached_subfiles",
     "centralized_load",
     "centralized_lower_bound",
+    "check_holdings",
     "check_storage",
     "commit_delivery",
     "cyclic_assignment",
@@ -107,8 +104,6 @@ __all__ = [
     "relay_plan",
     "run_loopback",
     "shifted_assignment",
-    "silo_buffer",
-    "simulate",
     "storage_for_level",
     "uncoded_load",
     "worst_case_loads",

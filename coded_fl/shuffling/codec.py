@@ -76,7 +76,34 @@ def _words(a: np.ndarray) -> np.ndarray:
 
 
 def cached_subfiles(plan: ShufflePlan | tuple[int, int], silo: int) -> np.ndarray:
-    """Indices of the subfiles silo caches of every unit (those whose set T contains it)."""
+    """Indices of the subfiles a silo caches of every unit: those whose set T contains it.
+
+    Subfile j of a unit is :math:`W_{n,T}` for the t-subset T of colex rank j
+    (:func:`~coded_fl.shuffling.placement.subsets`); silo k caches the
+    :math:`\\binom{K-1}{t-1}` subfiles with :math:`k \\in T`, the same ones of every unit.
+
+    Parameters
+    ----------
+    plan
+        The plan, or just its ``(K, t)``: K silos, storage level t.
+    silo
+        The silo's index, ``0..K-1``.
+
+    Returns
+    -------
+    numpy.ndarray
+        The subfile indices, int64, increasing; empty at t = 0 (no cache).
+
+    Raises
+    ------
+    ConfigurationError
+        If :math:`\\binom{K}{t}` exceeds :data:`~coded_fl.shuffling.placement.MAX_SUBFILES`.
+
+    Examples
+    --------
+    >>> cached_subfiles((4, 2), 1).tolist()   # T = {0,1}, {1,2}, {1,3}
+    [0, 2, 4]
+    """
     K, t = (plan.K, plan.t) if isinstance(plan, ShufflePlan) else plan
     if t == 0:
         return np.zeros(0, dtype=np.int64)
@@ -84,7 +111,29 @@ def cached_subfiles(plan: ShufflePlan | tuple[int, int], silo: int) -> np.ndarra
 
 
 class SegmentBuffer:
-    """Padded units of one party, as rows of ``piece_size`` bytes, with a mask of known rows."""
+    """Padded units of one party, as rows of ``piece_size`` bytes, with a mask of known rows.
+
+    Row r of the buffer is piece ``r % P`` of subfile ``(r // P) % n_subfiles`` of unit
+    ``r // segments_per_unit`` (P = ``layout.n_pieces``), the numbering of
+    :class:`~coded_fl.shuffling.planner.ShufflePlan`'s ``term_row``. Everything starts zero and
+    unknown; :meth:`put_unit`, :meth:`put_cache` and :func:`decode` fill rows and mark them known.
+
+    Parameters
+    ----------
+    layout
+        How a padded unit splits into subfiles and pieces.
+    n_units
+        N, the number of units (the plan's manifest, in its canonical order).
+
+    Attributes
+    ----------
+    layout : Layout
+        As given.
+    data : numpy.ndarray
+        ``(n_units, layout.unit_size)`` uint8: the padded units (zeros where unknown).
+    known : numpy.ndarray
+        ``(n_units * layout.segments_per_unit,)`` bool: which rows the party knows.
+    """
 
     def __init__(self, layout: Layout, n_units: int) -> None:
         self.layout = layout
@@ -93,10 +142,23 @@ class SegmentBuffer:
 
     @classmethod
     def for_plan(cls, plan: ShufflePlan) -> SegmentBuffer:
+        """An empty buffer for a plan's N units in the plan's layout.
+
+        Parameters
+        ----------
+        plan
+            The plan whose manifest and layout size the buffer.
+
+        Returns
+        -------
+        SegmentBuffer
+            All zeros, no row known.
+        """
         return cls(plan.layout, len(plan.manifest))
 
     @property
     def rows(self) -> np.ndarray:
+        """:attr:`data` as ``(n_units * segments_per_unit, piece_size)`` rows (a view)."""
         return self.data.reshape(-1, self.layout.piece_size)
 
     def unit(self, n: int) -> np.ndarray:
@@ -137,8 +199,38 @@ def encode(
     indices: np.ndarray | None = None,
     out: np.ndarray | None = None,
 ) -> np.ndarray:
-    """Payloads of the messages ``indices`` (default: all) as ``(len, piece_size)`` uint8."""
+    """Payloads of the messages ``indices``: each the XOR of its term rows.
+
+    Parameters
+    ----------
+    plan
+        The plan that defines the messages.
+    buf
+        The sender's buffer: the central sender's (every unit) or a silo's (its units and
+        cache, decentralized). Only read.
+    indices
+        Message indices to encode (default: every message of the plan).
+    out
+        Optional C-contiguous ``(len(indices), piece_size)`` uint8 array to write into.
+
+    Returns
+    -------
+    numpy.ndarray
+        ``(len(indices), layout.piece_size)`` uint8, row b the payload of message
+        ``indices[b]`` (``out`` when given).
+
+    Raises
+    ------
+    InputError
+        If ``buf`` does not know a row some requested message needs (names the units), or
+        ``out`` is not a C-contiguous uint8 array of that shape (the kernel writes words).
+    """
     idx = np.arange(plan.n_messages) if indices is None else np.asarray(indices, dtype=np.int64)
+    shape = (idx.size, plan.layout.piece_size)
+    if out is not None and (
+        out.dtype != np.uint8 or out.shape != shape or not out.flags["C_CONTIGUOUS"]
+    ):
+        raise InputError(f"out must be a C-contiguous uint8 array of shape {shape}")
     ptr, rows = plan.msg_ptr, plan.term_row
     used = rows[_term_index(ptr, idx)[0]]
     if not buf.known[used].all():
@@ -155,17 +247,46 @@ def encode(
 def decode(
     plan: ShufflePlan, silo: int, buf: SegmentBuffer, indices: np.ndarray, payloads: np.ndarray
 ) -> np.ndarray:
-    """Decode messages ``indices`` (payloads row by row) into silo's buffer.
+    """Decode messages ``indices`` (payloads row by row) into a silo's buffer.
 
-    Returns the rows learned. Each message must carry exactly one term for this silo and every
-    other term must be known to it; otherwise :class:`DecodingError` names the message.
+    For each message, the one term meant for ``silo`` is ``payload ^ (XOR of the other terms)``;
+    it is written into ``buf`` and marked known. Nothing is written unless every message
+    passes the checks.
+
+    Parameters
+    ----------
+    plan
+        The plan that defines the messages.
+    silo
+        The decoding silo's index, ``0..K-1``.
+    buf
+        The silo's buffer (its units, cache and what it decoded so far); updated in place.
+    indices
+        Message indices, one per payload.
+    payloads
+        The messages' payloads, ``len(indices) * layout.piece_size`` bytes (any shape, uint8).
+
+    Returns
+    -------
+    numpy.ndarray
+        int64, the buffer row learned from each message, in the order of ``indices``.
+
+    Raises
+    ------
+    DecodingError
+        If a message carries other than exactly one term for ``silo``, or the silo lacks a
+        row of another term (its units or cache do not match the plan); names the message.
+    InputError
+        If ``payloads`` do not hold ``len(indices) * piece_size`` bytes.
     """
     idx = np.asarray(indices, dtype=np.int64)
-    payloads = np.ascontiguousarray(payloads, dtype=np.uint8).reshape(
-        idx.size, plan.layout.piece_size
-    )
-    if payloads.shape[1] != plan.layout.piece_size:
-        raise InputError(f"payloads must be {plan.layout.piece_size} bytes each")
+    flat = np.ascontiguousarray(payloads, dtype=np.uint8).reshape(-1)
+    if flat.size != idx.size * plan.layout.piece_size:
+        raise InputError(
+            f"payloads must be {plan.layout.piece_size} bytes each for {idx.size} messages, "
+            f"got {flat.size} bytes"
+        )
+    payloads = flat.reshape(idx.size, plan.layout.piece_size)
     ptr, rows, silos = plan.msg_ptr, plan.term_row, plan.term_silo
     ti, counts = _term_index(ptr, idx)
     mine = silos[ti] == silo

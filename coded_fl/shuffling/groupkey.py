@@ -1,10 +1,10 @@
 """The organisation's group key for one shuffle epoch, agreed through an untrusted relay.
 
-Construction (the project's key agreement, :mod:`coded_fl.secagg.keys`, used as in secure
+Construction (the project's key agreement, :mod:`coded_fl.crypto`, used as in secure
 aggregation):
 
 1. Every member of the epoch (the K silos, plus the central sender in the centralized setting)
-   makes a fresh X25519 :class:`~coded_fl.secagg.keys.KeyPair` and sends its public key to the
+   makes a fresh X25519 :class:`~coded_fl.crypto.KeyPair` and sends its public key to the
    relay, optionally with a tag ``HMAC-SHA256(org_key, run, epoch, member, public key)``
    (:func:`key_tag`) when the organisation's members share an ``org_key`` out of band.
 2. The relay hands every member the same :class:`Roster` (all public keys and tags).
@@ -12,8 +12,8 @@ aggregation):
    X25519 point, every member belongs to the epoch, and, with an ``org_key``, every tag.
 3. The *leader*, the lowest member of the roster, draws a fresh 32-byte group key from the OS
    CSPRNG and seals it for every other member under their pairwise key
-   (:func:`~coded_fl.secagg.keys.pairwise_key`: HKDF over the X25519 secret, bound to the run
-   and the pair) with AES-256-GCM (:func:`~coded_fl.secagg.keys.seal`), the associated data
+   (:func:`~coded_fl.crypto.pairwise_key`: HKDF over the X25519 secret, bound to the run
+   and the pair) with AES-256-GCM (:func:`~coded_fl.crypto.seal`), the associated data
    naming the run, the epoch, leader, recipient and :meth:`Roster.transcript`, a hash of the
    whole roster (:func:`make_group_key`). The relay forwards each box to its member, who opens
    it (:func:`open_group_key`).
@@ -33,18 +33,22 @@ active relay that replaced a member's public key by its own would be sent the gr
 every member, so even an active relay cannot obtain the group key; it can still drop or delay
 messages (denial of service), which the deadlines and reports handle.
 
-Nonces: :func:`~coded_fl.secagg.keys.seal` derives its nonce from the associated data, so a
-leader must seal one group key per (epoch, roster) at most: its caller keeps the boxes it made
-and hands the same ones out again if asked twice (:class:`~coded_fl.shuffling.member.ShuffleMember`
-does).
+One group key per (epoch, roster): every box has a fresh random nonce
+(:func:`~coded_fl.crypto.seal`), so sealing twice is safe, but a second call of
+:func:`make_group_key` draws a second group key; the leader's caller keeps the boxes it made and
+hands the same ones out again if asked twice, so every member opens the same key
+(:class:`~coded_fl.shuffling.member.ShuffleMember` does).
 
 >>> import os
->>> from coded_fl.secagg.keys import KeyPair
+>>> from coded_fl.crypto import KeyPair
 >>> kp = {m: KeyPair.generate() for m in (0, 1, 4)}
 >>> roster = Roster.of("run-1", 3, {m: k.public_bytes for m, k in kp.items()})
 >>> gk, boxes = make_group_key(kp[0], roster, me=0)
 >>> sorted(boxes), open_group_key(kp[4], roster, me=4, box=boxes[4]) == gk
 ([1, 4], True)
+
+Length: about 220 lines of code; the rest is the documentation of the key agreement and its
+checks.
 """
 
 from __future__ import annotations
@@ -59,9 +63,7 @@ from dataclasses import dataclass
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
-from coded_fl.errors import InputError, LocalProtocolError, RemoteProtocolError
-from coded_fl.prg import fresh_seed
-from coded_fl.secagg.keys import (
+from coded_fl.crypto import (
     KEY_BYTES,
     KeyPair,
     check_public_key,
@@ -69,6 +71,8 @@ from coded_fl.secagg.keys import (
     pairwise_key,
     seal,
 )
+from coded_fl.errors import InputError, LocalProtocolError, RemoteProtocolError
+from coded_fl.prg import fresh_seed
 
 __all__ = [
     "GROUP_KEY_PURPOSE",
@@ -141,6 +145,7 @@ class Roster:
 
     @property
     def members(self) -> tuple[int, ...]:
+        """The member ids, increasing."""
         return tuple(e.member for e in self.entries)
 
     @property
@@ -149,6 +154,23 @@ class Roster:
         return self.entries[0].member
 
     def public_key(self, member: int) -> bytes:
+        """A member's public key for the epoch.
+
+        Parameters
+        ----------
+        member
+            The member's id.
+
+        Returns
+        -------
+        bytes
+            Its public key as the roster carries it (not checked here: :func:`check_roster`).
+
+        Raises
+        ------
+        RemoteProtocolError
+            If the member is not in the roster.
+        """
         for e in self.entries:
             if e.member == member:
                 return e.public_key
@@ -166,7 +188,31 @@ class Roster:
 
 
 def key_tag(org_key: bytes, *, run_id: str, epoch: int, member: int, public_key: bytes) -> bytes:
-    """HMAC-SHA256 by which the organisation vouches for a member's public key of the epoch."""
+    """HMAC-SHA256 by which the organisation vouches for a member's public key of the epoch.
+
+    Parameters
+    ----------
+    org_key
+        The organisation's secret, shared with its members out of band (never sent).
+    run_id
+        The run.
+    epoch
+        The epoch.
+    member
+        The member whose key is vouched for (silo ``0..K-1``, or the sender, K).
+    public_key
+        The member's X25519 public key for the epoch.
+
+    Returns
+    -------
+    bytes
+        The 32-byte tag over run, epoch, member and key.
+
+    Raises
+    ------
+    InputError
+        If ``org_key`` is not bytes of at least 16 bytes, or ``epoch`` is outside [0, 2**63).
+    """
     if not isinstance(org_key, bytes) or len(org_key) < 16:
         raise InputError("the organisation key must be at least 16 bytes")
     _check_epoch(epoch)
@@ -186,7 +232,30 @@ def check_roster(
     org_key: bytes | None = None,
 ) -> None:
     """Refuse a roster that is for another epoch, lacks this member's key, names a member
-    outside ``allowed``, carries an invalid X25519 key, or (with ``org_key``) a bad tag."""
+    outside ``allowed``, carries an invalid X25519 key, or (with ``org_key``) a bad tag.
+
+    Parameters
+    ----------
+    roster
+        The roster the relay handed out.
+    run_id, epoch
+        The run and epoch this member takes part in.
+    me
+        This member's id.
+    my_public_key
+        This member's own public key for the epoch; the roster must carry it unchanged.
+    allowed
+        The epoch's members (silos ``0..K-1``, and the sender K in the centralized setting).
+    org_key
+        The organisation key, if the members have one: every entry's tag is then checked.
+
+    Raises
+    ------
+    RemoteProtocolError
+        If the roster is for another run or epoch, names a member not in ``allowed``, or lacks
+        or alters this member's key; naming the member (``sender``) if its key is not a valid
+        X25519 point or its tag does not verify.
+    """
     if roster.run_id != run_id or roster.epoch != epoch:
         raise RemoteProtocolError(
             f"roster is for run {roster.run_id!r} epoch {roster.epoch}, "
@@ -226,7 +295,35 @@ def make_group_key(
 ) -> tuple[bytes, dict[int, bytes]]:
     """The leader's step: a fresh group key and one sealed box for every other member.
 
-    Call it once per (epoch, roster): the boxes' nonces are derived from their context.
+    Call it once per (epoch, roster) and keep the result: a second call draws another group
+    key (module docstring). Each box is AES-256-GCM under the pairwise key of the leader and
+    that member, its associated data naming run, epoch, leader, recipient and the roster's
+    :meth:`~Roster.transcript`.
+
+    Parameters
+    ----------
+    keys
+        The leader's key pair for the epoch.
+    roster
+        The checked roster (:func:`check_roster`).
+    me
+        This member's id; must be ``roster.leader``.
+    entropy
+        Source of the group key's 32 bytes (the OS CSPRNG unless a test passes its own).
+
+    Returns
+    -------
+    group_key : bytes
+        The 32-byte group key.
+    boxes : dict of int to bytes
+        Member id -> its sealed box, for every member but the leader.
+
+    Raises
+    ------
+    LocalProtocolError
+        If ``me`` is not the roster's leader.
+    InputError
+        If ``entropy`` does not return 32 bytes, or a member's public key is not usable.
     """
     if me != roster.leader:
         raise LocalProtocolError(f"member {me} is not the leader of this roster ({roster.leader})")
@@ -250,7 +347,33 @@ def make_group_key(
 
 def open_group_key(keys: KeyPair, roster: Roster, *, me: int, box: bytes) -> bytes:
     """A member's step: open the leader's box (RemoteProtocolError naming the leader if it
-    fails: altered, for another member, epoch or roster)."""
+    fails: altered, for another member, epoch or roster).
+
+    Parameters
+    ----------
+    keys
+        This member's key pair for the epoch.
+    roster
+        The checked roster (:func:`check_roster`); the same the leader sealed under.
+    me
+        This member's id (not the leader).
+    box
+        The box the leader sealed for this member.
+
+    Returns
+    -------
+    bytes
+        The 32-byte group key.
+
+    Raises
+    ------
+    LocalProtocolError
+        If ``me`` is the leader (it has no box).
+    RemoteProtocolError
+        Naming the leader, if the box fails authentication or holds no 32-byte key.
+    InputError
+        If the leader's public key is not usable.
+    """
     leader = roster.leader
     if me == leader:
         raise LocalProtocolError("the leader made the group key; it has no box to open")
@@ -269,7 +392,31 @@ def open_group_key(keys: KeyPair, roster: Roster, *, me: int, box: bytes) -> byt
 
 
 def derive_key(group_key: bytes, label: str, *, run_id: str, epoch: int) -> bytes:
-    """The 32-byte key for one purpose (``"messages"``, ``"manifest"``) of one epoch."""
+    """The 32-byte key for one purpose (``"messages"``, ``"manifest"``) of one epoch.
+
+    HKDF-SHA256 of the group key, salted with the epoch and the run, the label in its info:
+    keys of different purposes, runs or epochs are independent.
+
+    Parameters
+    ----------
+    group_key
+        The epoch's 32-byte group key.
+    label
+        The purpose: ``"messages"`` (the coded messages) or ``"manifest"`` (the manifest
+        shares).
+    run_id, epoch
+        The run and epoch the key belongs to.
+
+    Returns
+    -------
+    bytes
+        The 32-byte key.
+
+    Raises
+    ------
+    InputError
+        If ``group_key`` is not 32 bytes or ``epoch`` is outside [0, 2**63).
+    """
     if not isinstance(group_key, bytes) or len(group_key) != KEY_BYTES:
         raise InputError("the group key is 32 bytes")
     _check_epoch(epoch)

@@ -1,5 +1,9 @@
 """In-memory harness: one shuffle over K simulated silos on real bytes, with drops.
 
+A test and simulation helper, not part of the protocol: production code never imports it (the
+store-side steps it shares with the member's machine, :func:`~coded_fl.shuffling.silo.load_silo`
+and :func:`~coded_fl.shuffling.silo.commit_delivery`, live in :mod:`~coded_fl.shuffling.silo`).
+
 It wires the sans-IO sessions together the way the Flower glue does (sender or silos ->
 relay -> silos), on one process, and is what the tests and ``python -m simulations.shuffle``
 run. ``drop_after={k: s}`` makes silo k vanish after the relay has handled s messages: it sends
@@ -12,8 +16,6 @@ import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-import numpy as np
-
 from coded_fl.shuffling.codec import SegmentBuffer, cached_subfiles
 from coded_fl.shuffling.planner import CENTRAL, Mode, ShufflePlan, plan_shuffle
 from coded_fl.shuffling.session import (
@@ -23,22 +25,34 @@ from coded_fl.shuffling.session import (
     ShuffleMessage,
     SiloSession,
 )
+from coded_fl.shuffling.silo import commit_delivery, load_silo
 from coded_fl.shuffling.store import UnitStore
 from coded_fl.shuffling.units import UnitId, UnitManifest
 
-__all__ = [
-    "ShuffleOutcome",
-    "commit_delivery",
-    "install_silo",
-    "load_silo",
-    "silo_buffer",
-    "simulate",
-]
+__all__ = ["ShuffleOutcome", "silo_buffer", "simulate"]
 
 
 @dataclass(frozen=True)
 class ShuffleOutcome:
-    """What one simulated shuffle did: the plan, every silo's report, the traffic."""
+    """What one simulated shuffle did: the plan, every silo's report, the traffic.
+
+    Attributes
+    ----------
+    plan
+        The plan that ran.
+    reports
+        Every silo's delivery report, by silo index.
+    received
+        The units each silo received (decoded and verified), by silo index.
+    messages_relayed
+        Coded messages the relay forwarded (each counted once).
+    payload_bytes
+        Payload bytes of those messages (one piece each).
+    wire_bytes
+        The same with headers, nonces and tags.
+    refused
+        One line per message a silo refused.
+    """
 
     plan: ShufflePlan
     reports: tuple[DeliveryReport, ...]
@@ -50,7 +64,23 @@ class ShuffleOutcome:
 
 
 def silo_buffer(plan: ShufflePlan, silo: int, data: Mapping[UnitId, bytes]) -> SegmentBuffer:
-    """Silo's side information built from the full data (simulation): held units, caches."""
+    """A silo's side information built from the full data (simulation): held units, caches.
+
+    Parameters
+    ----------
+    plan
+        The epoch's plan.
+    silo
+        The silo's index, ``0..K-1``.
+    data
+        Every unit's bytes, by unit id.
+
+    Returns
+    -------
+    SegmentBuffer
+        What :func:`~coded_fl.shuffling.silo.load_silo` would read from a store that
+        :func:`~coded_fl.shuffling.silo.install_silo` filled with ``data``.
+    """
     buf = SegmentBuffer.for_plan(plan)
     subs = cached_subfiles(plan, silo)
     for n, unit_id in enumerate(plan.manifest.ids):
@@ -61,64 +91,6 @@ def silo_buffer(plan: ShufflePlan, silo: int, data: Mapping[UnitId, bytes]) -> S
             cache = padded.reshape(plan.layout.n_subfiles, -1)[subs].reshape(-1)
             buf.put_cache(n, silo=silo, plan=plan, subfiles=cache)
     return buf
-
-
-def install_silo(
-    plan: ShufflePlan, silo: int, data: Mapping[UnitId, bytes], store: UnitStore, *, epoch: int
-) -> None:
-    """Fill a silo's store for the plan's current epoch: its units in full, caches of the rest."""
-    subs = cached_subfiles(plan, silo)
-    add, cache = {}, {}
-    for n, spec in enumerate(plan.manifest):
-        if silo in plan.holders[n]:
-            add[spec] = data[spec.unit_id]
-        if subs.size:
-            padded = plan.layout.pad(data[spec.unit_id]).reshape(plan.layout.n_subfiles, -1)
-            cache[spec.unit_id] = padded[subs].tobytes()
-    store.commit(add=add, cache=cache, epoch=epoch, known=plan.manifest.specs)
-
-
-def load_silo(plan: ShufflePlan, silo: int, store: UnitStore) -> SegmentBuffer:
-    """Silo's side information read back from its store (hashes checked on the way)."""
-    buf = SegmentBuffer.for_plan(plan)
-    held, cached = set(store.units()), set(store.cached())
-    subs = cached_subfiles(plan, silo)
-    for n, unit_id in enumerate(plan.manifest.ids):
-        if silo in plan.holders[n] and unit_id in held:
-            buf.put_unit(n, plan.layout.pad(store.read_unit(unit_id)))
-        elif subs.size and unit_id in cached:
-            raw = np.frombuffer(store.read_cache(unit_id), dtype=np.uint8)
-            buf.put_cache(n, silo=silo, plan=plan, subfiles=raw)
-    return buf
-
-
-def commit_delivery(
-    plan: ShufflePlan,
-    store: UnitStore,
-    units: Mapping[UnitId, bytes],
-    report: DeliveryReport,
-    *,
-    epoch: int,
-) -> None:
-    """Commit what silo ``report.silo`` received, in one atomic manifest switch.
-
-    Every verified unit is added and the plan's unit specs are recorded as known. Only when
-    the report is complete are the units the silo gives up dropped and the store's epoch set
-    to ``epoch``; otherwise the silo keeps its old units and epoch (plus the complete, verified
-    new units), so its store stays consistent and the report says what is missing.
-    """
-    k = report.silo
-    gone = [
-        plan.manifest.ids[n]
-        for n in range(len(plan.manifest))
-        if k in plan.holders[n] and k not in plan.target[n]
-    ]
-    store.commit(
-        add={plan.manifest.spec(u): b for u, b in units.items()},
-        drop=gone if report.complete else (),
-        epoch=epoch if report.complete else None,
-        known=plan.manifest.specs,
-    )
 
 
 def simulate(
@@ -140,8 +112,40 @@ def simulate(
 ) -> ShuffleOutcome:
     """Plan and run one shuffle; silos read side information from ``stores`` when given.
 
-    ``tamper`` may rewrite messages on the relay (to test that silos refuse them; a refused
-    message counts as not received).
+    Parameters
+    ----------
+    data
+        Every unit's bytes, by unit id.
+    current, nxt
+        The current and the next assignment (unit id -> silos).
+    K, t, mode, coded, storage
+        As for :func:`~coded_fl.shuffling.planner.plan_shuffle`.
+    group_key
+        Seal the coded messages under this key (None: integrity only).
+    epoch
+        The epoch the messages are bound to and the stores commit to.
+    drop_after
+        ``{k: s}``: silo k vanishes after the relay has handled s messages.
+    stores
+        The silos' stores (index k for silo k): side information is read from them and every
+        silo that did not drop commits its delivery to its store
+        (:func:`~coded_fl.shuffling.silo.commit_delivery`). None: side information from
+        ``data``, nothing committed.
+    tamper
+        May rewrite messages on the relay (to test that silos refuse them; a refused message
+        counts as not received).
+    entropy
+        Source of the nonces.
+
+    Returns
+    -------
+    ShuffleOutcome
+        The plan, every silo's report and units, the traffic.
+
+    Raises
+    ------
+    ConfigurationError
+        The plan cannot be made (storage too small, bad K or t).
     """
     manifest = UnitManifest.from_data(data)
     plan = plan_shuffle(manifest, current, nxt, K=K, t=t, mode=mode, coded=coded, storage=storage)

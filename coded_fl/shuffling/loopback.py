@@ -35,7 +35,34 @@ def run_loopback(
     tamper: Callable[[str, int, Packet], Packet] | None = None,
     tap: Callable[[bytes], None] | None = None,
 ) -> ShuffleResult:
-    """Run one epoch; ``members`` (member id -> machine) is updated in place."""
+    """Run one epoch through the relay's and the members' machines, in one process.
+
+    Parameters
+    ----------
+    job
+        The epoch's public job.
+    members
+        Member id -> its machine; updated in place (a machine is replaced only when it
+        accepted the request, as a ClientApp saves its state).
+    stores
+        Member id -> its store.
+    drop
+        ``drop(stage, member)`` True: the member vanishes at that stage.
+    tamper
+        ``tamper(stage, member, packet)`` may rewrite a request before the member gets it.
+    tap
+        Sees every encoded packet, both ways.
+
+    Returns
+    -------
+    ShuffleResult
+        What the relay saw (:meth:`~coded_fl.shuffling.coordinator.RelayCoordinator.finish`).
+
+    Raises
+    ------
+    ConfigurationError, InputError
+        The job cannot work (raised by the relay before any member is asked).
+    """
     relay = RelayCoordinator(job)
     gone = drop or (lambda stage, m: False)
 
@@ -46,7 +73,7 @@ def run_loopback(
         raw = encode(packet)
         if tap is not None:
             tap(raw)
-        reply = encode(machine.handle(decode(raw), stores[m]))
+        reply = encode(machine.receive(decode(raw), stores[m]))
         members[m] = machine  # saved only when the request was accepted
         if tap is not None:
             tap(reply)
@@ -57,7 +84,7 @@ def run_loopback(
         if gone("hello", m):
             continue
         try:
-            relay.on_hello(node, ask("hello", m, hello))
+            relay.receive(node, ask("hello", m, hello))
         except CodedFLError as exc:
             relay.note(f"node {node}: {exc}")
     if relay.close_hello():

@@ -1,45 +1,69 @@
 """A member's side of the shuffle transport: one silo (or the central sender) across epochs.
 
-Sans-IO: :meth:`ShuffleMember.handle` takes a request packet (:mod:`~coded_fl.shuffling.wire`)
-and the member's :class:`~coded_fl.shuffling.store.UnitStore`, and returns the reply packet.
-The state (keys included) round-trips through :meth:`ShuffleMember.to_bytes` /
-:meth:`ShuffleMember.from_bytes`, so a Flower ClientApp keeps it in ``context.state``; it never
-leaves the member.
+Theory of operation
+-------------------
+Sans-IO, as h11: :meth:`ShuffleMember.receive` is the one entry point. It takes a request
+packet (:mod:`~coded_fl.shuffling.wire`) and the member's
+:class:`~coded_fl.shuffling.store.UnitStore`, and returns the reply packet; no socket, no
+Flower. The ClientApp handler (:mod:`clients.shuffle`) decodes the request, calls ``receive``,
+encodes the reply, and keeps :meth:`ShuffleMember.to_bytes` (keys included) in
+``context.state``; the state never leaves the member.
 
-Stages of one epoch (anything else raises and changes nothing)::
+Rules:
 
-    Hello            -> fresh X25519 key pair              stage "hello"
-    GroupKeyRequest  -> (leader) draw the group key, seal  stage "keyed"
-    JoinRequest      -> (others) open the group key        stage "keyed"
-    PlanRequest      -> open every manifest share, plan,   stage "planned"
-                        make this member's coded messages
-    DeliverRequest   -> (silos) decode, verify, commit     stage "delivered"
+1. A request is checked in this order: it is a request at all (a member accepts no reply); its
+   envelope (a Hello's digest is its job's; any other request is for the job this member said
+   hello to and addressed to this member); the pair (stage, request type) is in the transition
+   table below. Anything else raises :class:`~coded_fl.errors.RemoteProtocolError`: the relay
+   sent something stale, replayed, misaddressed or out of order.
+2. A refused request changes nothing. The handlers check before they act, and ``receive``
+   puts the state back if a handler still raises (handlers replace attributes, never mutate
+   them in place), so a driver may keep the machine after an error.
+3. Within an epoch the same request twice gets the same answer: the leader's boxes are kept,
+   never sealed twice; a delivery is never committed twice. A Hello for a new job starts over
+   with fresh keys.
 
-A Hello for a new job starts over (fresh keys); the same request twice gets the same answer
-(the leader's boxes are kept, never sealed twice; a delivery is never committed twice).
+Transition table, (stage, request) -> stage after the reply (``.``: refused)::
 
-Manifest shares: with the group key every member seals, under the epoch's manifest key, the
-length and SHA-256 of the units it vouches for: in the centralized setting the sender vouches for
-every unit (silos for none), in the decentralized setting each silo for every unit its store
-knows (held, or recorded by an earlier placement or shuffle).
-Members merge the shares; two members that disagree on a unit, or a unit nobody vouches for,
-stop the epoch with an error naming them. The relay never sees a hash or a length of a unit.
+    stage \\ request  Hello   GroupKeyRequest  JoinRequest  PlanRequest  DeliverRequest
+    idle             hello   .                .            .            .
+    hello            hello*  keyed (leader)   keyed        .            .
+    keyed            hello*  keyed (leader)   keyed        planned      .
+    planned          hello*  .                .            planned      delivered (silos)
+    delivered        hello*  .                .            .            delivered
+
+    hello*: the same job keeps its stage (and its key pair); a new job starts over in "hello".
+    A node the job does not list as a member gets an empty HelloReply; nothing changes.
+
+What each handler does: Hello, a fresh X25519 key pair for the epoch; GroupKeyRequest (the
+leader only), draw the group key and seal it for every other member; JoinRequest (the others),
+open the group key; both answer with this member's sealed manifest share
+(:mod:`~coded_fl.shuffling.shares`); PlanRequest, open and merge every share, plan, make this
+member's coded messages (the central sender all of them, a decentralized silo its own);
+DeliverRequest (silos only), decode and verify what the relay forwarded, commit atomically
+(:func:`~coded_fl.shuffling.silo.commit_delivery`), report.
+
+The stage's stored form (:meth:`ShuffleMember.to_bytes`) is its value (``"idle"``, ``"hello"``,
+...), as before :class:`MemberStage` existed.
+
+Length: about 340 lines of code (420 before shares and store checks moved out), the rest
+docstrings. One machine: five handlers, the persistence of every field of its state, the entry
+point and the table; what is not the machine's state is split out (manifest shares in
+:mod:`~coded_fl.shuffling.shares`, the store-side steps in :mod:`~coded_fl.shuffling.silo`), and
+splitting the handlers would scatter one object's state over several modules.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import struct
 from collections.abc import Callable
+from enum import Enum
 from typing import Any
 
-from cryptography.exceptions import InvalidTag
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-
+from coded_fl.crypto import KeyPair
 from coded_fl.errors import CodedFLError, InputError, LocalProtocolError, RemoteProtocolError
 from coded_fl.prg import fresh_seed
-from coded_fl.secagg.keys import KeyPair
 from coded_fl.shuffling.codec import SegmentBuffer
 from coded_fl.shuffling.groupkey import (
     Roster,
@@ -49,11 +73,12 @@ from coded_fl.shuffling.groupkey import (
     make_group_key,
     open_group_key,
 )
-from coded_fl.shuffling.harness import commit_delivery, load_silo
 from coded_fl.shuffling.planner import ShufflePlan, plan_shuffle
 from coded_fl.shuffling.session import SenderSession, SiloSession
+from coded_fl.shuffling.shares import open_shares, seal_share, vouched_units
+from coded_fl.shuffling.silo import check_holdings, commit_delivery, load_silo
 from coded_fl.shuffling.store import UnitStore
-from coded_fl.shuffling.units import UnitId, UnitManifest, UnitSpec, digest
+from coded_fl.shuffling.units import UnitManifest, UnitSpec
 from coded_fl.shuffling.wire import (
     DeliverReply,
     DeliverRequest,
@@ -73,12 +98,19 @@ from coded_fl.shuffling.wire import (
     roster_to_json,
 )
 
-__all__ = ["ShuffleMember"]
+__all__ = ["MemberStage", "ShuffleMember"]
 
-_SHARE_DOMAIN = b"codedfl-shuffle-manifest-share-v1"
 _STATE_VERSION = 1
-_NONCE = 12
-_PLACEHOLDER = digest(b"")
+
+
+class MemberStage(str, Enum):
+    """Where a member is in its current epoch (the value is the stored form)."""
+
+    IDLE = "idle"
+    HELLO = "hello"
+    KEYED = "keyed"
+    PLANNED = "planned"
+    DELIVERED = "delivered"
 
 
 def _hex(b: bytes | None) -> str | None:
@@ -90,8 +122,33 @@ def _unhex(s: str | None) -> bytes | None:
 
 
 class ShuffleMember:
-    """One member of the shuffle transport. ``member``: silo index 0..K-1, or K for the central
-    sender; ``org_key``: the organisation's key that vouches for public keys (optional)."""
+    """One member of the shuffle transport: its state machine across epochs.
+
+    Parameters
+    ----------
+    member
+        Silo index ``0..K-1``, or ``K`` for the central sender.
+    org_key
+        The organisation's key that vouches for public keys (optional; never stored).
+    entropy
+        Source of key pairs, the group key and nonces.
+
+    Raises
+    ------
+    InputError
+        ``member`` is not an integer >= 0.
+
+    Attributes
+    ----------
+    stage : MemberStage
+        Where the member is in the current epoch (see the module's transition table).
+    job : ShuffleJob or None
+        The job of the last Hello this member answered as a member.
+    roster : Roster or None
+        The epoch's roster, once the group key is known.
+    plan_id : bytes or None
+        The epoch's plan id, once planned.
+    """
 
     def __init__(
         self,
@@ -108,7 +165,7 @@ class ShuffleMember:
         self._reset(None)
 
     def _reset(self, job: ShuffleJob | None) -> None:
-        self.stage = "idle"
+        self.stage = MemberStage.IDLE
         self.job = job
         self._private: bytes | None = None
         self.roster: Roster | None = None
@@ -126,15 +183,21 @@ class ShuffleMember:
 
     def __repr__(self) -> str:  # no key material
         epoch = None if self.job is None else self.job.epoch
-        return f"ShuffleMember(member={self.member}, epoch={epoch}, stage={self.stage})"
+        return f"ShuffleMember(member={self.member}, epoch={epoch}, stage={self.stage.value})"
 
     # ------------------------------------------------------------------ persistence
     def to_bytes(self) -> bytes:
-        """The whole state, keys included (keep it on the member, e.g. in ``context.state``)."""
+        """The whole state, keys included (keep it on the member, e.g. in ``context.state``).
+
+        Returns
+        -------
+        bytes
+            JSON; :meth:`from_bytes` reads it back.
+        """
         state = {
             "v": _STATE_VERSION,
             "member": self.member,
-            "stage": self.stage,
+            "stage": self.stage.value,
             "job": None if self.job is None else self.job.to_json(),
             "private": _hex(self._private),
             "roster": None if self.roster is None else roster_to_json(self.roster),
@@ -157,14 +220,32 @@ class ShuffleMember:
         org_key: bytes | None = None,
         entropy: Callable[[int], bytes] = os.urandom,
     ) -> ShuffleMember:
-        """The member a :meth:`to_bytes` state describes (InputError if it is damaged)."""
+        """The member a :meth:`to_bytes` state describes.
+
+        Parameters
+        ----------
+        raw
+            What :meth:`to_bytes` returned.
+        org_key, entropy
+            As for the constructor (neither is stored).
+
+        Returns
+        -------
+        ShuffleMember
+            The member, in the stage it was saved in.
+
+        Raises
+        ------
+        InputError
+            The state is damaged or of another version.
+        """
         try:
             s = json.loads(raw)
             if s.get("v") != _STATE_VERSION:
                 raise InputError("shuffle member state has another version")
             m = cls(int(s["member"]), org_key=org_key, entropy=entropy)
             m._reset(None if s["job"] is None else ShuffleJob.from_json(s["job"]))
-            m.stage = str(s["stage"])
+            m.stage = MemberStage(s["stage"])
             m._private = _unhex(s["private"])
             m.roster = None if s["roster"] is None else roster_from_json(s["roster"])
             m._group_key = _unhex(s["group_key"])
@@ -183,23 +264,59 @@ class ShuffleMember:
             raise InputError(f"shuffle member state is damaged: {exc}") from None
         return m
 
-    # ------------------------------------------------------------------ dispatch
-    def handle(self, packet: Packet, store: UnitStore) -> Packet:
-        """Answer one request (RemoteProtocolError/InputError if refused; state unchanged)."""
-        if isinstance(packet, Hello):
-            return self.on_hello(packet, store)
-        if isinstance(packet, GroupKeyRequest):
-            return self.on_group_key(packet, store)
-        if isinstance(packet, JoinRequest):
-            return self.on_join(packet, store)
-        if isinstance(packet, PlanRequest):
-            return self.on_plan(packet, store)
-        if isinstance(packet, DeliverRequest):
-            return self.on_deliver(packet, store)
-        raise RemoteProtocolError(f"a member does not accept {type(packet).__name__}")
+    # ------------------------------------------------------------------ the entry point
+    def receive(self, packet: Packet, store: UnitStore) -> Packet:
+        """Answer one request from the relay.
 
-    # ------------------------------------------------------------------ helpers
-    def _job(self, packet: Packet, *stages: str) -> ShuffleJob:
+        Parameters
+        ----------
+        packet
+            A request: ``Hello``, ``GroupKeyRequest``, ``JoinRequest``, ``PlanRequest`` or
+            ``DeliverRequest``.
+        store
+            This member's unit store (read for shares and side information, committed to by a
+            delivery).
+
+        Returns
+        -------
+        Packet
+            The reply (``HelloReply``, ``GroupKeyReply``, ...).
+
+        Raises
+        ------
+        RemoteProtocolError
+            The request is refused: not a request, another job or member, not allowed in this
+            stage (see the transition table), or its content fails a check.
+        InputError
+            This member cannot take part (its store lacks units it should hold, units nobody
+            vouches for).
+
+        Notes
+        -----
+        On any error the state is as it was before the call.
+        """
+        kind = type(packet)
+        if kind not in _REQUESTS:
+            raise RemoteProtocolError(f"a member does not accept {kind.__name__}")
+        self._check_envelope(packet)
+        handler = _TRANSITIONS.get((self.stage, kind))
+        if handler is None:
+            allowed = ", ".join(s.value for s in MemberStage if (s, kind) in _TRANSITIONS)
+            raise RemoteProtocolError(
+                f"{kind.__name__} arrived in stage {self.stage.value} (expected in {allowed})"
+            )
+        saved = dict(vars(self))
+        try:
+            return handler(self, packet, store)
+        except BaseException:
+            vars(self).update(saved)
+            raise
+
+    def _check_envelope(self, packet: Packet) -> None:
+        if isinstance(packet, Hello):
+            if packet.job is None or packet.digest != packet.job.digest():
+                raise RemoteProtocolError("Hello's digest does not match its job")
+            return
         job = self.job
         if job is None or packet.digest != job.digest():
             raise RemoteProtocolError(
@@ -211,23 +328,23 @@ class ShuffleMember:
                 f"{type(packet).__name__} is addressed to member {packet.member}, "
                 f"this is member {self.member}"
             )
-        if self.stage not in stages:
-            raise RemoteProtocolError(
-                f"{type(packet).__name__} arrived in stage {self.stage} "
-                f"(expected in {', '.join(stages)})"
-            )
-        return job
+
+    # ------------------------------------------------------------------ helpers
+    def _current_job(self) -> ShuffleJob:
+        if self.job is None:  # pragma: no cover - receive checks the envelope first
+            raise LocalProtocolError("no job")
+        return self.job
 
     def _is_silo(self, job: ShuffleJob) -> bool:
         return self.member < job.K
 
     def _keys(self) -> KeyPair:
-        if self._private is None:  # pragma: no cover - stage checks make this unreachable
+        if self._private is None:  # pragma: no cover - the table makes this unreachable
             raise LocalProtocolError("no key pair for this epoch")
         return KeyPair.from_private_bytes(self._private)
 
     def _key(self, job: ShuffleJob, label: str) -> bytes:
-        if self._group_key is None:  # pragma: no cover - stage checks make this unreachable
+        if self._group_key is None:  # pragma: no cover - the table makes this unreachable
             raise LocalProtocolError("no group key for this epoch")
         return derive_key(self._group_key, label, run_id=job.run_id, epoch=job.epoch)
 
@@ -249,97 +366,20 @@ class ShuffleMember:
             )
         return roster
 
-    @staticmethod
-    def _share_aad(job: ShuffleJob, member: int) -> bytes:
-        return _SHARE_DOMAIN + job.digest() + struct.pack("<I", member)
-
     def _make_share(self, job: ShuffleJob, store: UnitStore) -> bytes:
         """This member's sealed manifest share (made once per epoch)."""
         if self._share is not None:
             return self._share
-        if self.member == job.sender:
-            held = set(store.units())
-            mine = {u: store.spec(u) for u in job.units if u in held}
-        elif job.mode == "decentralized":
-            mine = store.known_specs()
-        else:
-            mine = {}
-        specs = [[u, mine[u].length, mine[u].sha256.hex()] for u in job.units if u in mine]
-        nonce = self._entropy(_NONCE)
-        if len(nonce) != _NONCE:
-            raise InputError("the entropy source must return the bytes asked for")
-        plain = json.dumps(specs, separators=(",", ":")).encode()
-        aead = AESGCM(self._key(job, "manifest"))
-        return nonce + aead.encrypt(nonce, plain, self._share_aad(job, self.member))
-
-    def _open_shares(
-        self, job: ShuffleJob, shares: tuple[tuple[int, bytes], ...]
-    ) -> list[list[Any]]:
-        roster = self.roster
-        if roster is None:  # pragma: no cover - stage checks make this unreachable
-            raise LocalProtocolError("no roster")
-        aead = AESGCM(self._key(job, "manifest"))
-        vouched: dict[UnitId, tuple[int, int, str]] = {}
-        seen = set()
-        for m, share in shares:
-            if m not in roster.members or m in seen:
-                raise RemoteProtocolError(
-                    f"manifest share of member {m}: not in the roster or twice"
-                )
-            seen.add(m)
-            try:
-                plain = aead.decrypt(share[:_NONCE], share[_NONCE:], self._share_aad(job, m))
-                specs = json.loads(plain)
-                if not isinstance(specs, list):
-                    raise ValueError("not a list")
-            except (InvalidTag, ValueError):
-                raise RemoteProtocolError(
-                    "manifest share fails authentication or is malformed", sender=m
-                ) from None
-            for item in specs:
-                if not (isinstance(item, list) and len(item) == 3):
-                    raise RemoteProtocolError("malformed manifest share", sender=m)
-                u, length, sha = item
-                if (
-                    isinstance(length, bool)
-                    or not isinstance(length, int)
-                    or length < 0
-                    or not isinstance(sha, str)
-                    or len(sha) != 64
-                    or any(c not in "0123456789abcdef" for c in sha)
-                ):
-                    raise RemoteProtocolError("malformed manifest share", sender=m)
-                if u not in job.units:
-                    raise RemoteProtocolError(
-                        f"manifest share names unit {u!r} not in the job", sender=m
-                    )
-                prev = vouched.get(u)
-                if prev is not None and prev[1:] != (length, sha):
-                    raise RemoteProtocolError(
-                        f"members {prev[0]} and {m} disagree on unit {u!r} (length or SHA-256): "
-                        "their stores hold different versions of it"
-                    )
-                vouched[u] = (m, length, sha)
-        needed = {
-            u for u, now, nxt in zip(job.units, job.current, job.target, strict=True) if now or nxt
-        }
-        lost = sorted((u for u in needed if u not in vouched), key=repr)
-        if lost:
-            who = (
-                "the central sender's store lacks them"
-                if job.sender is not None
-                else "no silo's store knows them"
-            )
-            raise InputError(
-                f"units missing from every silo: {lost}: {who}, so nobody can vouch for their "
-                "length and SHA-256; restore them to a store or change the assignment"
-            )
-        return [
-            [u, *vouched[u][1:]] if u in vouched else [u, 0, _PLACEHOLDER.hex()] for u in job.units
-        ]
+        return seal_share(
+            vouched_units(job, self.member, store),
+            job=job,
+            member=self.member,
+            key=self._key(job, "manifest"),
+            entropy=self._entropy,
+        )
 
     def _plan(self, job: ShuffleJob) -> ShufflePlan:
-        if self._specs is None:  # pragma: no cover - stage checks make this unreachable
+        if self._specs is None:  # pragma: no cover - the table makes this unreachable
             raise LocalProtocolError("no manifest yet")
         manifest = UnitManifest(
             tuple(UnitSpec(u, int(n), bytes.fromhex(h)) for u, n, h in self._specs)
@@ -356,28 +396,11 @@ class ShuffleMember:
             storage=job.storage,
         )
 
-    def _check_holdings(self, plan: ShufflePlan, store: UnitStore) -> None:
-        held = set(store.units())
-        lacking = [
-            plan.manifest.ids[n]
-            for n in range(len(plan.manifest))
-            if self.member in plan.holders[n]
-            and (
-                plan.manifest.ids[n] not in held
-                or store.spec(plan.manifest.ids[n]) != plan.manifest.specs[n]
-            )
-        ]
-        if lacking:
-            raise InputError(
-                f"silo {self.member}'s store lacks units {lacking} (or holds other versions) that "
-                "the current assignment gives it: it cannot take part in this epoch"
-            )
-
-    # ------------------------------------------------------------------ stages
-    def on_hello(self, p: Hello, store: UnitStore) -> HelloReply:
+    # ------------------------------------------------------------------ handlers (the table)
+    def _on_hello(self, p: Hello, store: UnitStore) -> HelloReply:
         """A new job: a fresh key pair for its epoch (the same one if asked again)."""
         job = p.job
-        if job is None or p.digest != job.digest():
+        if job is None:  # pragma: no cover - the envelope check refuses it
             raise RemoteProtocolError("Hello's digest does not match its job")
         if self.member not in job.members:
             return HelloReply(p.digest, self.member, b"", b"", store.epoch)
@@ -386,10 +409,10 @@ class ShuffleMember:
                 f"job epoch {job.epoch} is not after this silo's store epoch {store.epoch} "
                 "(stale or replayed job)"
             )
-        if self.job is None or self.job.digest() != p.digest or self.stage == "idle":
+        if self.job is None or self.job.digest() != p.digest or self.stage == MemberStage.IDLE:
             self._reset(job)
             self._private = fresh_seed(self._entropy)
-            self.stage = "hello"
+            self.stage = MemberStage.HELLO
         pub = self._keys().public_bytes
         tag = b""
         if self._org_key is not None:
@@ -402,9 +425,9 @@ class ShuffleMember:
             )
         return HelloReply(p.digest, self.member, pub, tag, store.epoch)
 
-    def on_group_key(self, p: GroupKeyRequest, store: UnitStore) -> GroupKeyReply:
+    def _on_group_key(self, p: GroupKeyRequest, store: UnitStore) -> GroupKeyReply:
         """The leader draws the group key and seals it for every other member (once)."""
-        job = self._job(p, "hello", "keyed")
+        job = self._current_job()
         roster = self._check_roster(job, p.roster)
         if roster.leader != self.member:
             raise RemoteProtocolError(
@@ -416,12 +439,12 @@ class ShuffleMember:
             )
             self.roster = roster
         share = self._make_share(job, store)
-        self._share, self.stage = share, "keyed"
+        self._share, self.stage = share, MemberStage.KEYED
         return GroupKeyReply(p.digest, self.member, tuple(sorted(self._boxes.items())), share)
 
-    def on_join(self, p: JoinRequest, store: UnitStore) -> JoinReply:
+    def _on_join(self, p: JoinRequest, store: UnitStore) -> JoinReply:
         """Open the group key the leader sealed for this member; answer with the share."""
-        job = self._job(p, "hello", "keyed")
+        job = self._current_job()
         roster = self._check_roster(job, p.roster)
         if roster.leader == self.member:
             raise RemoteProtocolError("the leader is not sent a group key box")
@@ -430,47 +453,48 @@ class ShuffleMember:
             raise RemoteProtocolError("a second, different group key for the same epoch")
         self._group_key, self.roster = key, roster
         share = self._make_share(job, store)
-        self._share, self.stage = share, "keyed"
+        self._share, self.stage = share, MemberStage.KEYED
         return JoinReply(p.digest, self.member, share)
 
-    def on_plan(self, p: PlanRequest, store: UnitStore) -> PlanReply:
+    def _on_plan(self, p: PlanRequest, store: UnitStore) -> PlanReply:
         """Merge the manifest, plan, and make this member's coded messages."""
-        job = self._job(p, "keyed", "planned")
-        specs = self._open_shares(job, p.shares)
+        job = self._current_job()
+        roster = self.roster
+        if roster is None:  # pragma: no cover - the table makes this unreachable
+            raise LocalProtocolError("no roster")
+        specs = open_shares(
+            p.shares, job=job, members=roster.members, key=self._key(job, "manifest")
+        )
         if self._specs is not None and specs != self._specs:
             raise RemoteProtocolError("a second, different set of manifest shares for this epoch")
         self._specs = specs
-        try:
-            plan = self._plan(job)
-            msg_key = self._key(job, "messages")
-            if self.member == job.sender:
-                buf = SegmentBuffer.for_plan(plan)
-                for n, u in enumerate(plan.manifest.ids):
-                    buf.put_unit(n, plan.layout.pad(store.read_unit(u)))
-                msgs = SenderSession(
-                    plan, buf, epoch=job.epoch, group_key=msg_key, entropy=self._entropy
-                ).messages()
-            else:
-                self._check_holdings(plan, store)
-                msgs = []
-                if job.mode == "decentralized":
-                    msgs = SiloSession(
-                        plan,
-                        self.member,
-                        load_silo(plan, self.member, store),
-                        epoch=job.epoch,
-                        group_key=msg_key,
-                        entropy=self._entropy,
-                    ).outgoing()
-        except CodedFLError:
-            self._specs = None
-            raise
-        self.plan_id, self.stage = plan.plan_id, "planned"
+        plan = self._plan(job)
+        msg_key = self._key(job, "messages")
+        if self.member == job.sender:
+            buf = SegmentBuffer.for_plan(plan)
+            for n, u in enumerate(plan.manifest.ids):
+                buf.put_unit(n, plan.layout.pad(store.read_unit(u)))
+            msgs = SenderSession(
+                plan, buf, epoch=job.epoch, group_key=msg_key, entropy=self._entropy
+            ).messages()
+        else:
+            check_holdings(plan, self.member, store)
+            msgs = []
+            if job.mode == "decentralized":
+                msgs = SiloSession(
+                    plan,
+                    self.member,
+                    load_silo(plan, self.member, store),
+                    epoch=job.epoch,
+                    group_key=msg_key,
+                    entropy=self._entropy,
+                ).outgoing()
+        self.plan_id, self.stage = plan.plan_id, MemberStage.PLANNED
         return PlanReply(p.digest, self.member, plan.plan_id, tuple(msgs))
 
-    def on_deliver(self, p: DeliverRequest, store: UnitStore) -> DeliverReply:
+    def _on_deliver(self, p: DeliverRequest, store: UnitStore) -> DeliverReply:
         """Decode and verify what the relay forwarded, commit atomically, report (once)."""
-        job = self._job(p, "planned", "delivered")
+        job = self._current_job()
         if not self._is_silo(job):
             raise RemoteProtocolError("the central sender receives nothing")
         if self._delivered is not None:
@@ -493,5 +517,26 @@ class ShuffleMember:
         report = session.finish()
         commit_delivery(plan, store, session.units(), report, epoch=job.epoch)
         reply = DeliverReply(p.digest, self.member, report, tuple(refused), store.epoch)
-        self._delivered, self.stage = reply, "delivered"
+        self._delivered, self.stage = reply, MemberStage.DELIVERED
         return reply
+
+
+_Handler = Callable[[ShuffleMember, Any, UnitStore], Packet]
+
+#: The transition table: (stage, request type) -> handler; a pair not in it is refused.
+_TRANSITIONS: dict[tuple[MemberStage, type[Packet]], _Handler] = {
+    (MemberStage.IDLE, Hello): ShuffleMember._on_hello,
+    (MemberStage.HELLO, Hello): ShuffleMember._on_hello,
+    (MemberStage.HELLO, GroupKeyRequest): ShuffleMember._on_group_key,
+    (MemberStage.HELLO, JoinRequest): ShuffleMember._on_join,
+    (MemberStage.KEYED, Hello): ShuffleMember._on_hello,
+    (MemberStage.KEYED, GroupKeyRequest): ShuffleMember._on_group_key,
+    (MemberStage.KEYED, JoinRequest): ShuffleMember._on_join,
+    (MemberStage.KEYED, PlanRequest): ShuffleMember._on_plan,
+    (MemberStage.PLANNED, Hello): ShuffleMember._on_hello,
+    (MemberStage.PLANNED, PlanRequest): ShuffleMember._on_plan,
+    (MemberStage.PLANNED, DeliverRequest): ShuffleMember._on_deliver,
+    (MemberStage.DELIVERED, Hello): ShuffleMember._on_hello,
+    (MemberStage.DELIVERED, DeliverRequest): ShuffleMember._on_deliver,
+}
+_REQUESTS = frozenset(kind for _, kind in _TRANSITIONS)

@@ -28,6 +28,9 @@ the centralized setting (theory module), so GF(2^8) combinations would not lower
 >>> p = plan_shuffle(m, now, nxt, K=4, t=2)
 >>> p.n_messages, p.load, p.formula_load()
 (4, 0.6666666666666666, 0.6666666666666666)
+
+Length: about 300 lines of code (one plan, built and checked in one place); the rest is
+documentation.
 """
 
 from __future__ import annotations
@@ -70,6 +73,32 @@ class ShufflePlan:
     ``r % P`` of subfile ``(r // P) % n_subfiles`` of unit ``r // (P * n_subfiles)``, P =
     ``layout.n_pieces``), sent by ``msg_sender[i]`` (:data:`CENTRAL` or a silo); the silo
     ``term_silo[j]`` decodes term j and is a receiver of its message.
+
+    Made by :func:`plan_shuffle`; the arrays are in CSR form (``msg_ptr`` has one entry more
+    than there are messages).
+
+    Attributes
+    ----------
+    K, t : int
+        Silos and storage level.
+    mode : Mode
+        ``"centralized"`` or ``"decentralized"``.
+    coded : bool
+        False for the uncoded baseline (one segment per message).
+    manifest : UnitManifest
+        The N units; unit n is ``manifest.ids[n]``.
+    layout : Layout
+        :math:`\\binom{K}{t}` subfiles per unit, t pieces per subfile in the decentralized
+        setting (t >= 1), else 1.
+    holders, target : tuple of frozenset of int
+        The current and next holders of each unit, in manifest order.
+    needs : tuple of tuple of int
+        ``needs[k]``: the units (indices) silo k must receive, in the target but not held now.
+    msg_sender, msg_ptr, term_row, term_silo : numpy.ndarray
+        int64 arrays described above.
+    plan_id : bytes
+        16 bytes: SHA-256 over K, t, mode, coded, the layout, the manifest's fingerprint and
+        both assignments. Equal plan ids mean equal plans.
     """
 
     K: int
@@ -90,6 +119,7 @@ class ShufflePlan:
     # -- sizes -------------------------------------------------------------------------------
     @property
     def n_messages(self) -> int:
+        """The number of coded messages."""
         return int(self.msg_sender.size)
 
     @property
@@ -103,6 +133,7 @@ class ShufflePlan:
         return self.n_messages / self.layout.segments_per_unit
 
     def need_counts(self) -> list[int]:
+        """:math:`m_k`: how many units each silo k must receive."""
         return [len(n) for n in self.needs]
 
     def formula_load(self) -> float:
@@ -125,13 +156,49 @@ class ShufflePlan:
         return frozenset(int(k) for k in self.terms(i)[1])
 
     def messages_from(self, sender: int) -> np.ndarray:
+        """Indices of the messages ``sender`` (a silo, or :data:`CENTRAL`) sends, increasing.
+
+        Parameters
+        ----------
+        sender
+            A silo index or :data:`CENTRAL`.
+
+        Returns
+        -------
+        numpy.ndarray
+            int64 message indices (empty if it sends none).
+        """
         return np.flatnonzero(self.msg_sender == sender)
 
     def messages_to(self, silo: int) -> np.ndarray:
+        """Indices of the messages silo decodes a term of (those routed to it), increasing.
+
+        Parameters
+        ----------
+        silo
+            The silo's index, ``0..K-1``.
+
+        Returns
+        -------
+        numpy.ndarray
+            int64 message indices (empty if it needs nothing).
+        """
         msg_of_term = np.repeat(np.arange(self.n_messages), np.diff(self.msg_ptr))
         return np.unique(msg_of_term[self.term_silo == silo])
 
     def unit_of_row(self, rows: np.ndarray) -> np.ndarray:
+        """The unit index (position in the manifest) of each segment row.
+
+        Parameters
+        ----------
+        rows
+            Segment rows, as in ``term_row``.
+
+        Returns
+        -------
+        numpy.ndarray
+            ``rows // layout.segments_per_unit``, element by element.
+        """
         return np.asarray(rows) // self.layout.segments_per_unit
 
     def summary(self) -> dict[str, Any]:
@@ -170,6 +237,43 @@ def plan_shuffle(
     ``storage`` (units per silo), when given, is checked against both assignments plus the
     level-t cache (:func:`~coded_fl.shuffling.placement.check_storage`). Deterministic: every
     party that plans from the same inputs gets the same plan and ``plan_id``.
+
+    Parameters
+    ----------
+    manifest
+        The N units (ids, lengths, SHA-256).
+    current
+        Unit id -> the silos that hold it in full now (a unit not listed is held by none).
+    nxt
+        Unit id -> the silos that must hold it in full after the shuffle (a unit not listed
+        goes to none).
+    K
+        The number of silos.
+    t
+        The storage level, ``0..K``: every silo caches :math:`W_{n,T}` for every :math:`T \\ni k`.
+    mode
+        ``"centralized"`` (one sender, :data:`CENTRAL`, holds every unit) or
+        ``"decentralized"`` (the silos send, from their units and caches).
+    coded
+        False: the uncoded baseline (every missing segment its own message).
+    storage
+        Storage per silo, in units (M), checked against both assignments when given.
+
+    Returns
+    -------
+    ShufflePlan
+        The plan; silo k must receive the units it holds in ``nxt`` but not in ``current``.
+
+    Raises
+    ------
+    ConfigurationError
+        If K < 1, t is outside ``0..K``, ``mode`` is unknown, :math:`\\binom{K}{t}` exceeds
+        :data:`~coded_fl.shuffling.placement.MAX_SUBFILES`, or some silo's storage is too
+        small.
+    InputError
+        If the manifest is empty, an assignment names a unit not in the manifest or a silo
+        outside ``0..K-1``, or (decentralized, t = 0) a unit some silo must receive is held by
+        no silo.
     """
     if K < 1:
         raise ConfigurationError(f"K (silos) must be >= 1, got {K}")

@@ -69,7 +69,22 @@ def _atomic_write(path: Path, data: bytes) -> None:
 
 
 class UnitStore:
-    """Directory-backed store of one silo's units and caches (see the module docstring)."""
+    """Directory-backed store of one silo's units and caches (see the module docstring).
+
+    Every read goes to the manifest on disk, so two stores on one directory see each other's
+    commits; :meth:`commit` is the one write path.
+
+    Parameters
+    ----------
+    root
+        The store's directory; it and its ``units/`` and ``cache/`` are created if missing. A
+        directory without a manifest is an empty store at no epoch.
+
+    Attributes
+    ----------
+    root : pathlib.Path
+        As given.
+    """
 
     def __init__(self, root: str | os.PathLike[str]) -> None:
         self.root = Path(root)
@@ -96,6 +111,7 @@ class UnitStore:
 
     @property
     def epoch(self) -> int | None:
+        """The store's epoch: the last one a commit set (None if no commit ever set one)."""
         return self._read_manifest()["epoch"]
 
     def units(self) -> tuple[UnitId, ...]:
@@ -119,6 +135,7 @@ class UnitStore:
         return out
 
     def cached(self) -> tuple[UnitId, ...]:
+        """The units whose cached subfiles this silo keeps (as of the last commit)."""
         return tuple(e["id"] for e in self._read_manifest()["cache"])
 
     def unit_path(self, unit_id: UnitId) -> Path:

@@ -83,6 +83,32 @@ def _check(K: int, t: int) -> None:
 def storage_for_level(K: int, t: int, held: float, N: float) -> float:
     """Storage (in units) a silo holding ``held`` of ``N`` units in full needs at level t.
 
+    Its held units in full plus the cached fraction t/K of every other unit:
+    :math:`held + (N - held)\\,t/K` (:math:`M_t` when held = q, N = qK).
+
+    Parameters
+    ----------
+    K
+        The number of silos.
+    t
+        The storage level, ``0..K``.
+    held
+        Units the silo holds in full.
+    N
+        Units in all.
+
+    Returns
+    -------
+    float
+        The storage, in units.
+
+    Raises
+    ------
+    ConfigurationError
+        If K < 1 or t is outside ``0..K``.
+
+    Examples
+    --------
     >>> storage_for_level(4, 2, 2, 8)   # q = 2: q (1 + t (K-1)/K) = 2 * 2.5
     5.0
     """
@@ -100,6 +126,28 @@ def _counts(K: int, needs: Sequence[int] | int) -> list[int]:
 def uncoded_load(K: int, t: int, needs: Sequence[int] | int) -> float:
     """Missing subfiles sent one by one: :math:`\\sum_k m_k (K-t)/K`.
 
+    Parameters
+    ----------
+    K
+        The number of silos.
+    t
+        The storage level, ``0..K``.
+    needs
+        :math:`m_k`, the number of units each silo k must receive: K counts, or one count for
+        every silo (the worst case, q).
+
+    Returns
+    -------
+    float
+        The load, in units.
+
+    Raises
+    ------
+    ConfigurationError
+        If K < 1, t is outside ``0..K``, or ``needs`` is not K counts >= 0.
+
+    Examples
+    --------
     >>> uncoded_load(4, 1, 2)   # worst case q(K - t)
     6.0
     """
@@ -113,6 +161,28 @@ def centralized_load(K: int, t: int, needs: Sequence[int] | int) -> float:
     :math:`\\sum_{S} \\max_{k \\in S} m_k / \\binom{K}{t}`, computed with the silos sorted by need:
     the i-th largest need tops :math:`\\binom{K-i}{t}` of the (t+1)-sets.
 
+    Parameters
+    ----------
+    K
+        The number of silos.
+    t
+        The storage level, ``0..K``.
+    needs
+        :math:`m_k`, the number of units each silo k must receive: K counts, or one count for
+        every silo (the worst case, q).
+
+    Returns
+    -------
+    float
+        The load, in units.
+
+    Raises
+    ------
+    ConfigurationError
+        If K < 1, t is outside ``0..K``, or ``needs`` is not K counts >= 0.
+
+    Examples
+    --------
     >>> centralized_load(4, 1, 2), 2 * (4 - 1) / (1 + 1)   # worst case q(K-t)/(t+1)
     (3.0, 3.0)
     >>> centralized_load(3, 0, [1, 0, 2])
@@ -130,6 +200,28 @@ def decentralized_load(K: int, t: int, needs: Sequence[int] | int) -> float:
     t+1 silos of S send, c = 1 makes the t others send. At t = 0 every needed unit is sent whole
     by a holder; at t = K nothing is sent.
 
+    Parameters
+    ----------
+    K
+        The number of silos.
+    t
+        The storage level, ``0..K``.
+    needs
+        :math:`m_k`, the number of units each silo k must receive: K counts, or one count for
+        every silo (the worst case, q).
+
+    Returns
+    -------
+    float
+        The load, in units.
+
+    Raises
+    ------
+    ConfigurationError
+        If K < 1, t is outside ``0..K``, or ``needs`` is not K counts >= 0.
+
+    Examples
+    --------
     >>> decentralized_load(4, 1, 2), 2 * (4 - 1) / 1   # worst case q(K-t)/t
     (6.0, 6.0)
     >>> decentralized_load(4, 0, 2)
@@ -153,6 +245,28 @@ def centralized_lower_bound(K: int, q: float, M: float) -> float:
 
     The lower convex envelope of :math:`q (K-1-s)/(s+1)` at :math:`s = (M-q)/q` (module docstring).
 
+    Parameters
+    ----------
+    K
+        The number of silos.
+    q
+        Units per silo per epoch (q = N/K).
+    M
+        Storage per silo, in units (:math:`M \\ge q`).
+
+    Returns
+    -------
+    float
+        The bound, in units; 0 once :math:`M \\ge qK` (s reaches K - 1: every silo can store
+        all N units).
+
+    Raises
+    ------
+    ConfigurationError
+        If q <= 0 or M < q.
+
+    Examples
+    --------
     >>> centralized_lower_bound(4, 1, storage_for_level(4, 2, 1, 4)), (4 - 2) / (2 + 1)
     (0.6666666666666666, 0.6666666666666666)
     >>> centralized_lower_bound(4, 1, 1)   # t = 0: q (K - 1)
@@ -174,6 +288,30 @@ def centralized_lower_bound(K: int, q: float, M: float) -> float:
 def worst_case_loads(K: int, t: int, q: int = 1) -> dict[str, float]:
     """All worst-case figures at level t: storage, uncoded, both schemes and the lower bound.
 
+    Worst case: each silo holds q units and must receive q others (N = qK).
+
+    Parameters
+    ----------
+    K
+        The number of silos.
+    t
+        The storage level, ``0..K``.
+    q
+        Units per silo per epoch.
+
+    Returns
+    -------
+    dict of str to float
+        ``storage`` (:math:`M_t`), ``uncoded``, ``centralized``, ``decentralized`` and
+        ``lower_bound`` (loads in units).
+
+    Raises
+    ------
+    ConfigurationError
+        If K < 1, t is outside ``0..K``, or q < 1.
+
+    Examples
+    --------
     >>> worst_case_loads(4, 2)["centralized"]
     0.6666666666666666
     """

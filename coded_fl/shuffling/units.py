@@ -32,7 +32,23 @@ UnitId = str | int
 
 
 def digest(data: bytes | bytearray | memoryview | np.ndarray) -> bytes:
-    """SHA-256 of a byte buffer (32 bytes)."""
+    """SHA-256 of a byte buffer.
+
+    Parameters
+    ----------
+    data
+        The bytes; a numpy array is hashed as its raw bytes in C order (any dtype).
+
+    Returns
+    -------
+    bytes
+        The 32-byte digest.
+
+    Examples
+    --------
+    >>> digest(b"abc") == digest(np.frombuffer(b"abc", dtype=np.uint8))
+    True
+    """
     if isinstance(data, np.ndarray):
         return hashlib.sha256(np.ascontiguousarray(data).view(np.uint8).data).digest()
     return hashlib.sha256(data).digest()
@@ -84,6 +100,7 @@ class UnitManifest:
 
     @property
     def ids(self) -> tuple[UnitId, ...]:
+        """The unit ids in canonical order (unit n of a plan is ``ids[n]``)."""
         return tuple(s.unit_id for s in self.specs)
 
     def index(self, unit_id: UnitId) -> int:
@@ -94,6 +111,23 @@ class UnitManifest:
             raise InputError(f"unit {unit_id!r} is not in the manifest") from None
 
     def spec(self, unit_id: UnitId) -> UnitSpec:
+        """The spec (length, SHA-256) of a unit.
+
+        Parameters
+        ----------
+        unit_id
+            The unit.
+
+        Returns
+        -------
+        UnitSpec
+            Its entry in the manifest.
+
+        Raises
+        ------
+        InputError
+            If the unit is not in the manifest.
+        """
         return self.specs[self.index(unit_id)]
 
     def fingerprint(self) -> bytes:
@@ -145,14 +179,17 @@ class Layout:
 
     @property
     def subfile_size(self) -> int:
+        """Bytes per subfile: ``n_pieces * piece_size``."""
         return self.n_pieces * self.piece_size
 
     @property
     def unit_size(self) -> int:
+        """The padded unit size U in bytes: ``n_subfiles * subfile_size``."""
         return self.n_subfiles * self.subfile_size
 
     @property
     def segments_per_unit(self) -> int:
+        """Segments (rows of ``piece_size`` bytes) per unit: ``n_subfiles * n_pieces``."""
         return self.n_subfiles * self.n_pieces
 
     def pad(self, data: bytes | bytearray | memoryview) -> np.ndarray:

@@ -21,6 +21,10 @@ Encoding: ``"CFLS" | version u8 | kind u8 | JSON length u32 | JSON | blob count 
 by index. :func:`decode` checks every length and type and raises
 :class:`~coded_fl.errors.RemoteProtocolError` for anything malformed.
 
+This module is longer than the others on purpose: it is one wire format, so the job, every
+packet type's layout and the bounds checks that decode it stay in one place, where a change to the
+format is made and reviewed at once.
+
 >>> job = ShuffleJob.make(run_id="r", epoch=1, current={0: {0}, 1: {1}}, nxt={0: {1}, 1: {0}},
 ...                       K=2, t=1)
 >>> decode(encode(Hello(job.digest(), -1, job))).job == job
@@ -31,6 +35,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import struct
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -87,6 +92,25 @@ class ShuffleJob:
 
     Made with :meth:`make`; a storage ``storage`` (units per silo) is checked against both
     assignments plus the level-t cache when given (ConfigurationError naming the silo).
+
+    Attributes
+    ----------
+    run_id : str
+        The run (non-empty).
+    epoch : int
+        The epoch, in [0, 2**63).
+    K, t : int
+        Silos and storage level (``0..K``).
+    mode : Mode
+        ``"centralized"`` or ``"decentralized"``.
+    units : tuple
+        The N unit ids in canonical order.
+    current, target : tuple of frozenset of int
+        The current and next holders of each unit, in the order of ``units``.
+    coded : bool
+        False for the uncoded baseline.
+    storage : float or None
+        Storage per silo in units (M), checked when given.
     """
 
     run_id: str
@@ -107,9 +131,9 @@ class ShuffleJob:
             raise ConfigurationError(f"epoch must be an integer, got {self.epoch!r}")
         if not 0 <= self.epoch < 2**63:
             raise ConfigurationError(f"epoch must be in [0, 2**63), got {self.epoch}")
-        if not isinstance(self.K, int) or self.K < 1:
+        if isinstance(self.K, bool) or not isinstance(self.K, int) or self.K < 1:
             raise ConfigurationError(f"K (silos) must be >= 1, got {self.K!r}")
-        if not isinstance(self.t, int) or not 0 <= self.t <= self.K:
+        if isinstance(self.t, bool) or not isinstance(self.t, int) or not 0 <= self.t <= self.K:
             raise ConfigurationError(f"storage level t must be in 0..K = 0..{self.K}, got {self.t}")
         if self.mode not in _MODES:
             raise ConfigurationError(f"mode must be one of {_MODES}, got {self.mode!r}")
@@ -128,6 +152,12 @@ class ShuffleJob:
                         f"{label} assignment: unit {u!r} is given to silos {bad}, "
                         f"outside 0..{self.K - 1}"
                     )
+        if self.storage is not None and not (
+            isinstance(self.storage, (int, float))
+            and not isinstance(self.storage, bool)
+            and math.isfinite(self.storage)
+        ):
+            raise ConfigurationError(f"storage must be a finite number, got {self.storage!r}")
         if self.storage is not None:
             check_storage(
                 self.K,
@@ -150,7 +180,45 @@ class ShuffleJob:
         coded: bool = True,
         storage: float | None = None,
     ) -> ShuffleJob:
-        """A job from unit -> holders mappings (units absent from one mapping hold nobody)."""
+        """A job from unit -> holders mappings (units absent from one mapping hold nobody).
+
+        Parameters
+        ----------
+        run_id
+            The run (non-empty).
+        epoch
+            The epoch, in [0, 2**63).
+        current
+            Unit id -> the silos that hold it in full now.
+        nxt
+            Unit id -> the silos that must hold it after the epoch.
+        K
+            The number of silos.
+        t
+            The storage level, ``0..K``.
+        mode
+            ``"centralized"`` (a central sender, member K, holds every unit) or
+            ``"decentralized"``.
+        coded
+            False for the uncoded baseline.
+        storage
+            Storage per silo in units (M); when given, every silo of both assignments must fit
+            its level-t cache plus its units.
+
+        Returns
+        -------
+        ShuffleJob
+            The job, units in canonical order.
+
+        Raises
+        ------
+        ConfigurationError
+            If ``run_id``, ``epoch``, ``K``, ``t`` or ``mode`` is invalid, or a silo's storage is
+            too small (naming the silo).
+        InputError
+            If a unit id is not a str or int, there are no units, or a unit is given to a silo
+            outside ``0..K-1``.
+        """
         units = tuple(sorted({*current, *nxt}, key=_unit_key))
         for u in units:
             _check_unit_id(u)
@@ -174,8 +242,10 @@ class ShuffleJob:
         return self.K if self.mode == "centralized" else None
 
     @property
-    def members(self) -> tuple[int, ...]:
-        return tuple(range(self.K)) + ((self.K,) if self.mode == "centralized" else ())
+    def members(self) -> range:
+        """Member ids: silos 0..K-1, and K (the sender) in the centralized setting. A range,
+        not a list: K comes from the relay's Hello and must cost nothing to hold."""
+        return range(self.K + (1 if self.mode == "centralized" else 0))
 
     def assignments(self) -> tuple[dict[UnitId, frozenset[int]], dict[UnitId, frozenset[int]]]:
         """(current, next) as unit -> holders mappings."""
@@ -198,6 +268,7 @@ class ShuffleJob:
 
     # -- identity ----------------------------------------------------------------------------
     def to_json(self) -> dict[str, Any]:
+        """The job as a JSON-ready dict (what a Hello carries; :meth:`digest` hashes it)."""
         return {
             "run": self.run_id,
             "epoch": self.epoch,
@@ -243,6 +314,7 @@ class ShuffleJob:
         return hashlib.sha256(b"codedfl-shuffle-job-v1" + raw).digest()[:16]
 
     def describe(self) -> str:
+        """One line for logs: epoch, K, the number of units, t and the mode."""
         return (
             f"epoch {self.epoch}: K={self.K} silos, {len(self.units)} units, t={self.t}, "
             f"{self.mode}{'' if self.coded else ' (uncoded)'}"
@@ -400,6 +472,18 @@ def _opt_int(d: Mapping[str, Any], key: str) -> int | None:
 
 
 def roster_to_json(r: Roster) -> dict[str, Any]:
+    """A roster as a JSON-ready dict (public keys and tags in hex).
+
+    Parameters
+    ----------
+    r
+        The roster.
+
+    Returns
+    -------
+    dict
+        ``{"run": ..., "epoch": ..., "entries": [[member, public key, tag], ...]}``.
+    """
     return {
         "run": r.run_id,
         "epoch": r.epoch,
@@ -408,6 +492,26 @@ def roster_to_json(r: Roster) -> dict[str, Any]:
 
 
 def roster_from_json(d: Any) -> Roster:
+    """Parse a roster made by :func:`roster_to_json`, as received from the relay.
+
+    Parameters
+    ----------
+    d
+        The decoded JSON value.
+
+    Returns
+    -------
+    Roster
+        The roster; its keys and tags are not checked here
+        (:func:`~coded_fl.shuffling.groupkey.check_roster` does).
+
+    Raises
+    ------
+    RemoteProtocolError
+        If ``d`` is malformed (not an object, a missing or mistyped field, bad hex) or fails
+        the roster's own checks (no member, members not distinct and sorted, an id outside
+        [0, 2**32), an epoch outside [0, 2**63)).
+    """
     if not isinstance(d, dict):
         raise RemoteProtocolError("roster must be an object")
     try:
@@ -449,13 +553,54 @@ def _report(d: Any) -> DeliveryReport:
 
 
 def encode_message(m: ShuffleMessage) -> bytes:
-    """One coded message as bytes (fixed header, nonce, body)."""
+    """One coded message as bytes (fixed header, nonce, body).
+
+    Layout: plan id (16 bytes), epoch, index, sender (int64 each), nonce length (u8), nonce,
+    body.
+
+    Parameters
+    ----------
+    m
+        The message.
+
+    Returns
+    -------
+    bytes
+        41 bytes of header, then the nonce and the body.
+
+    Raises
+    ------
+    InputError
+        If the plan id is not 16 bytes or the nonce is longer than 255 bytes.
+    """
     if len(m.plan_id) != 16 or len(m.nonce) > 255:
         raise InputError("a shuffle message has a 16-byte plan id and a short nonce")
+    if not all(-(2**63) <= v < 2**63 for v in (m.epoch, m.index, m.sender)):
+        raise InputError("a shuffle message's epoch, index and sender must fit 64 bits")
     return _MSG.pack(m.plan_id, m.epoch, m.index, m.sender, len(m.nonce)) + m.nonce + m.body
 
 
 def decode_message(raw: bytes) -> ShuffleMessage:
+    """Parse one coded message made by :func:`encode_message`.
+
+    Only the framing is checked here; whether the message belongs to the plan and epoch, and
+    its authentication, are checked by the sessions that take it.
+
+    Parameters
+    ----------
+    raw
+        The bytes.
+
+    Returns
+    -------
+    ShuffleMessage
+        The message; everything after the nonce is its body.
+
+    Raises
+    ------
+    RemoteProtocolError
+        If ``raw`` is shorter than its header and nonce.
+    """
     if len(raw) < _MSG.size:
         raise RemoteProtocolError("shuffle message is truncated")
     plan_id, epoch, index, sender, n = _MSG.unpack_from(raw)
@@ -507,7 +652,25 @@ def _parts(p: Packet, blobs: _Blobs) -> dict[str, Any]:
 
 
 def encode(p: Packet) -> bytes:
-    """Serialise a packet (layout in the module docstring)."""
+    """Serialise a packet (layout in the module docstring).
+
+    Parameters
+    ----------
+    p
+        A packet of one of the ten kinds (exactly those classes, not subclasses).
+
+    Returns
+    -------
+    bytes
+        The encoded packet.
+
+    Raises
+    ------
+    InputError
+        If ``p`` is not one of the ten packet classes, lacks a field its kind needs (a Hello's
+        job, a GroupKeyRequest's or JoinRequest's roster, a DeliverReply's report), or carries
+        a coded message :func:`encode_message` refuses.
+    """
     if type(p) not in _KINDS.values():
         raise InputError(f"cannot encode {type(p).__name__}")
     blobs = _Blobs()
@@ -534,7 +697,7 @@ def _read(buf: memoryview) -> tuple[int, dict[str, Any], list[bytes]]:
         raise RemoteProtocolError("shuffle packet is truncated or has a bad length field")
     try:
         d = json.loads(bytes(buf[pos : pos + n]))
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, RecursionError):  # RecursionError: nested past the parser's depth
         raise RemoteProtocolError("shuffle packet header is not valid JSON") from None
     if not isinstance(d, dict):
         raise RemoteProtocolError("shuffle packet header must be a JSON object")
@@ -559,15 +722,40 @@ def _read(buf: memoryview) -> tuple[int, dict[str, Any], list[bytes]]:
 
 
 def decode(raw: bytes | bytearray | memoryview) -> Packet:
-    """Parse a packet; anything malformed raises :class:`RemoteProtocolError`."""
+    """Parse a packet; anything malformed raises :class:`RemoteProtocolError`.
+
+    Parameters
+    ----------
+    raw
+        The bytes as received.
+
+    Returns
+    -------
+    Packet
+        The packet of the kind its header names. Its envelope (digest, member) and its place in
+        the protocol are for the state machines to check.
+
+    Raises
+    ------
+    RemoteProtocolError
+        If the packet is truncated, has bad magic, another version, an unknown kind, a bad
+        length field, trailing bytes, a header that is not a JSON object, a missing or mistyped
+        field, a reference to a blob it does not carry, or a job or roster that fails its
+        checks.
+    """
     kind, d, blobs = _read(memoryview(raw))
     cls = _KINDS.get(kind)
     if cls is None:
         raise RemoteProtocolError(f"unknown shuffle packet kind {kind}")
 
+    used: set[int] = set()
+
     def blob(v: Any) -> bytes:
         if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < len(blobs):
             raise RemoteProtocolError("shuffle packet refers to a blob it does not carry")
+        if v in used:  # a blob read many times would be built many times
+            raise RemoteProtocolError("shuffle packet refers to a blob more than once")
+        used.add(v)
         return blobs[v]
 
     def pairs(v: Any) -> tuple[tuple[int, bytes], ...]:
@@ -580,7 +768,7 @@ def decode(raw: bytes | bytearray | memoryview) -> Packet:
             out.append((_int_list([item[0]])[0], blob(item[1])))
         return tuple(out)
 
-    try:
+    def build() -> Packet:
         head = {
             "digest": bytes.fromhex(_typed(d, "digest", str)),
             "member": _typed(d, "member", int),
@@ -623,5 +811,14 @@ def decode(raw: bytes | bytearray | memoryview) -> Packet:
             refused=tuple(refused),
             store_epoch=_opt_int(d, "store_epoch"),
         )
+
+    try:
+        packet = build()
     except (KeyError, TypeError, ValueError) as exc:
         raise RemoteProtocolError(f"malformed {cls.__name__}: {exc!r}") from None
+    if len(used) != len(blobs):
+        raise RemoteProtocolError(
+            f"shuffle packet carries {len(blobs) - len(used)} blobs it does not refer to "
+            "(every blob is referred to exactly once)"
+        )
+    return packet

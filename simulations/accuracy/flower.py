@@ -49,12 +49,12 @@ from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy import FedAdam, FedAvg, Strategy
 
 from clients.mod import partition_seed
+from coded_fl.layout import flatten
 from coded_fl.secagg import ProtocolConfig
 from simulations.app.task import Net, load_partition, load_test, test, train
-from simulations.flower_sim import run_simulation
+from simulations.runtime.flower_sim import run_simulation
 from simulations.stragglers.costs import privacy_for
 from strategies import CodedSecAgg, RoundReport
-from strategies.records import flatten
 
 torch.set_num_threads(1)
 
@@ -192,7 +192,7 @@ def make_server_app(opts: argparse.Namespace, out: dict[str, Any]) -> ServerApp:
         ours: dict[str, list[Any]] = {"accuracy": [], "seconds": [], "ok": []}
 
         def progress(rep: RoundReport) -> None:
-            acc = rep.metrics.get("accuracy", float("nan"))
+            acc = rep.server_metrics.get("accuracy", float("nan"))
             ours["accuracy"].append(acc)
             ours["seconds"].append(rep.seconds)
             ours["ok"].append(rep.ok)

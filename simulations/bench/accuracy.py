@@ -27,7 +27,7 @@ import torch
 
 from simulations.accuracy.quantization import quantization_sweep
 from simulations.bench.common import Report
-from simulations.flower_sim import run_child
+from simulations.runtime.flower_sim import run_child
 
 #: (alpha, inner strategy, silos dropping per round); alpha 0 = IID
 SETTINGS = [

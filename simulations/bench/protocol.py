@@ -37,7 +37,7 @@ def _plain_round(cfg: ProtocolConfig, dropped: set[int], seed: int) -> dict[str,
             continue
         g = torch.randn(d, generator=gen) * 0.1  # training: outside the timing
         t0 = time.thread_time()
-        key = RoundingKey.for_partition(cfg.run_id, 1, i)
+        key = RoundingKey.for_partition(cfg.seed_id, 1, i)
         q = encode_upload([g], [1], [key], quant, F)
         raw = encode(Upload(digest=cfg.digest, round=1, sender=i, recipient=SERVER, masked=q))
         client.append(time.thread_time() - t0)

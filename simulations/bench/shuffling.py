@@ -37,9 +37,9 @@ from coded_fl.shuffling import (
     encode,
     plan_shuffle,
     shifted_assignment,
-    silo_buffer,
     worst_case_loads,
 )
+from coded_fl.shuffling.harness import silo_buffer
 from coded_fl.shuffling.units import digest
 from simulations.bench.common import Report, median_time
 

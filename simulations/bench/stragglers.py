@@ -36,7 +36,7 @@ import numpy as np
 import torch
 
 from simulations.bench.common import Report
-from simulations.flower_sim import run_child
+from simulations.runtime.flower_sim import run_child
 from simulations.stragglers.costs import (
     fit_costs,
     measure_step_costs,

@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from coded_fl.crypto import SEAL_OVERHEAD
 from coded_fl.secagg import ProtocolConfig, RoundResult
 from coded_fl.secagg.client import ClientMachine
 from coded_fl.secagg.harness import deterministic_entropy, gaussian_partials
@@ -206,15 +207,17 @@ class CostModel:
 
     def bytes(self, what: str, *, n: int, s: int, d: int) -> int:
         """Wire sizes: the codec's layout (:mod:`coded_fl.secagg.messages`; 29-byte header,
-        sealed shares of 4m + 16 bytes); the benchmark checks them against measured sizes."""
+        sealed shares of 4m + SEAL_OVERHEAD bytes: a 12-byte nonce and a 16-byte tag); the
+        benchmark checks them against measured sizes."""
         T = privacy_for(n, s)
         m = math.ceil(d / (n - s - T))
         k = n - s
         sizes = {
             "train_request": 33 + 40 * n,
-            "upload": 37 + 4 * d + n * (24 + 4 * m),  # its own share too (sealed to itself)
+            # its own share too (sealed to itself); per share: recipient and length (8)
+            "upload": 37 + 4 * d + n * (8 + SEAL_OVERHEAD + 4 * m),
             # per survivor: index and weight (12), public key (36), the share sealed to the silo
-            "recovery_request": 37 + 48 * k + k * (16 + 4 * m),
+            "recovery_request": 37 + 48 * k + k * (SEAL_OVERHEAD + 4 * m),
             "recovery_reply": 37 + 4 * m,
             "plain_upload": 4 * d,
         }

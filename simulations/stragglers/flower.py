@@ -5,8 +5,8 @@
 
 One Flower simulation (Ray backend) with ``--nodes`` SuperNodes and one Ray actor per node
 (Ray sees that many virtual CPUs; the engine's worker pool is raised to match, see
-:mod:`simulations.flower_sim`), so every silo can wait at once. For each n, the silos are the
-nodes with partition-id 0..n-1, silo i = partition i.
+:mod:`simulations.runtime.flower_sim`), so every silo can wait at once. For each n, the silos
+are the nodes with partition-id 0..n-1, silo i = partition i.
 
 Silo times: a mod in front of the ClientApp sleeps :math:`X_i \\sim \\mathrm{Exp}(\\mu)` before
 the silo trains (``SiloTimes.draw_round``, a pure function of (seed, n, round), so plain FedAvg
@@ -53,7 +53,7 @@ from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy import FedAvg
 
-from simulations.flower_sim import mem_available, memory, run_simulation
+from simulations.runtime.flower_sim import mem_available, memory, run_simulation
 from simulations.stragglers.costs import privacy_for
 from simulations.stragglers.model import silo_times
 from strategies import CodedSecAgg, RoundReport

@@ -67,13 +67,16 @@ def test_applying_the_guide_changes_only_those_lines(tmp_path):
 @pytest.mark.integration
 @pytest.mark.slow
 def test_the_patched_quickstart_runs_with_flwr_run(tmp_path):
-    from simulations.local_superlink import LocalSuperLink
+    from simulations.runtime.local_superlink import LocalSuperLink
 
     dst = tmp_path / "quickstart"
     shutil.copytree(PROJECT, dst, ignore=shutil.ignore_patterns("__pycache__"))
     apply_guide(dst)
+    models = tmp_path / "models"
+    models.mkdir()
     with LocalSuperLink(tmp_path / "flwr-home") as link:
-        out = link.run(dst, num_supernodes=4, timeout=600)
+        out = link.run(dst, num_supernodes=4, run_config=f'model-dir="{models}"', timeout=600)
     assert "[coded-fl] round 1: used" in out, out[-3000:]
     assert "[coded-fl] round 2: used" in out, out[-3000:]
     assert "ABORTED" not in out
+    assert (models / "final_model.pt").is_file()  # saved where the run config says, not the cwd

@@ -20,7 +20,7 @@ from coded_fl.shuffling import (
     encode,
     plan_shuffle,
 )
-from simulations.shuffle_flower import Epoch, leaked, run_flower_shuffle
+from simulations.shuffle.flower import Epoch, leaked, run_flower_shuffle
 
 pytestmark = pytest.mark.integration
 
@@ -123,7 +123,7 @@ def test_coded_shuffle_through_flower_k4(tmp_path):
 
 @pytest.mark.slow
 def test_cli_runs_a_shuffle_through_flower(capsys):
-    from simulations.shuffle import main
+    from simulations.shuffle.cli import main
 
     assert main(["--flower", "-K", "3", "-N", "6", "-t", "1", "--unit-bytes", "3000"]) == 0
     out = capsys.readouterr().out

@@ -77,6 +77,51 @@ def test_vandermonde_and_batch_inverse(data):
     assume(len(set(xs)) == len(xs))
 
 
+@st.composite
+def matrix(draw, max_rows=8, max_cols=7):
+    """A matrix over a PRIMES field, often rank deficient (small entries, repeated rows)."""
+    p = draw(st.sampled_from(PRIMES))
+    r = draw(st.integers(1, max_rows))
+    c = draw(st.integers(0, max_cols))
+    hi = draw(st.sampled_from([2, p - 1]))
+    rows = draw(
+        st.lists(st.lists(st.integers(0, hi), min_size=c, max_size=c), min_size=r, max_size=r)
+    )
+    a = np.array(rows, dtype=np.int64).reshape(r, c)
+    if r > 1 and draw(st.booleans()):
+        a[-1] = a[0]
+    return p, a
+
+
+@given(case=matrix())
+def test_rref_and_rank_match_galois(case):
+    p, a = case
+    m, pivots = linalg.rref(a, p)
+    if a.shape[1]:
+        assert m.tolist() == galois_field(p)(a).row_reduce().tolist()
+    assert (
+        linalg.rank(a, p)
+        == len(pivots)
+        == (np.linalg.matrix_rank(galois_field(p)(a)) if a.size else 0)
+    )
+
+
+@given(case=matrix())
+def test_left_null_space_is_a_basis(case):
+    p, a = case
+    GF = galois_field(p)
+    h = linalg.left_null_space(a, p)
+    rank = np.linalg.matrix_rank(GF(a)) if a.size else 0
+    assert h.dtype == np.int64
+    assert h.shape == (a.shape[0] - rank, a.shape[0])
+    assert not np.any(GF(h) @ GF(a))  # h^T A = 0
+    if h.shape[0]:
+        assert np.linalg.matrix_rank(GF(h)) == h.shape[0]  # independent rows
+        # reduced on the free columns: each row has a 1 at its own free column, 0 at the others
+        free = [c for c in range(a.shape[0]) if c not in linalg.rref(a.T, p)[1]]
+        assert h[:, free].tolist() == np.eye(len(free), dtype=np.int64).tolist()
+
+
 def test_errors():
     p = 101
     with pytest.raises(InputError, match="no inverse"):
@@ -87,3 +132,5 @@ def test_errors():
         linalg.inverse(np.ones((2, 3), dtype=np.int64), p)
     with pytest.raises(linalg.SingularMatrixError, match="singular"):
         linalg.inverse(np.ones((2, 2), dtype=np.int64), p)
+    with pytest.raises(InputError, match="matrix"):
+        linalg.left_null_space(np.ones(3, dtype=np.int64), p)

@@ -9,7 +9,10 @@ import pytest
 import torch
 
 from coded_fl.codes import FractionalRepetitionCode, PolynomialCode
+from coded_fl.codes.consistency import Location, locate
 from coded_fl.errors import DecodingError
+from coded_fl.field import PrimeField
+from coded_fl.linalg import mat_mul
 from tests.codes_helpers import all_replies, partition_vectors
 
 
@@ -132,3 +135,46 @@ def test_fewer_partitions_than_replies_needed_still_checks_exactly():
     bad[4] = corrupt(bad[4], code.field.p, np.random.default_rng(0), one_coordinate=False)
     with pytest.raises(DecodingError):
         code.decode(bad)
+
+
+def syndromes(h: np.ndarray, errors: np.ndarray, p: int) -> torch.Tensor:
+    """:math:`H E` for an error matrix E (|S| x d), as field elements."""
+    return torch.from_numpy(mat_mul(h, errors, p).astype(np.uint32))
+
+
+@pytest.mark.parametrize("n, s", [(5, 2), (6, 3), (7, 2)])
+def test_locate_with_radius_one_names_one_silo_only_with_two_checks(n, s):
+    """The secure-aggregation server's use: it holds the syndromes, never a reply."""
+    code = PolynomialCode(n, s)
+    p = code.field.p
+    rng = np.random.default_rng(n)
+    for m in range(n - s + 1, n + 1):
+        survivors = list(range(n - m, n))
+        h = code.parity_checks(survivors)
+        e = h.shape[0]
+        for bad in range(m):
+            errors = np.zeros((m, 3), dtype=np.int64)
+            errors[bad] = rng.integers(1, p, 3)
+            found = locate(code.field, h, syndromes(h, errors, p), radius=1)
+            if e >= 2:
+                assert found == Location(sets=((bad,),))
+            else:
+                assert found.sets == () and "two extra replies" in found.why
+        if m - 2 >= n - s:  # two corrupted replies are never named with radius 1
+            errors = np.zeros((m, 3), dtype=np.int64)
+            errors[[0, 1]] = rng.integers(1, p, (2, 3))
+            assert len(locate(code.field, h, syndromes(h, errors, p), radius=1).sets) != 1
+
+
+def test_locate_does_not_choose_between_replies_the_checks_cannot_tell_apart():
+    p = 101
+    h = np.array([[1, 2, 1, 0], [1, 2, 0, 1]])  # columns 0 and 1 are parallel
+    errors = np.zeros((4, 2), dtype=np.int64)
+    errors[0] = [3, 4]
+    found = locate(PrimeField(p), h, syndromes(h, errors, p), radius=1)
+    assert found.sets == ((0,), (1,))
+
+
+def test_locate_explains_passing_checks_with_the_empty_set():
+    h = np.array([[1, 1, 1], [1, 2, 3]])
+    assert locate(PrimeField(101), h, torch.zeros((2, 4), dtype=torch.uint32)).sets == ((),)

@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 import torch
 
-from coded_fl.codes import make_code, weighted_mean, weighted_partial
+from coded_fl.codes import make_code
 from coded_fl.errors import DecodingError, InputError
+from coded_fl.layout import UpdateLayout
 from coded_fl.pipeline import encode_upload
 from coded_fl.quantize import QuantizationConfig, RoundingKey, dequantize, quantize
 
@@ -23,7 +24,10 @@ def test_fused_uploads_decode_to_the_weighted_mean(n, s, kind):
     updates = [torch.randn(d, generator=gen) * 0.1 for _ in range(code.K)]
     examples = [int(x) for x in torch.randint(10, 100, (code.K,), generator=gen)]
     weights = [e / 100 for e in examples]  # normalised by a public bound
-    partials = [weighted_partial(u, w) for u, w in zip(updates, weights, strict=True)]
+    lay = UpdateLayout(model_size=d)
+    partials = [
+        lay.pack(u * w, rho=w, clip_range=1.0) for u, w in zip(updates, weights, strict=True)
+    ]
     cfg = QuantizationConfig.for_summands(code.K, clip_range=1.0)
     keys = [RoundingKey.for_partition("run", 3, j) for j in range(code.K)]
     uploads = {
@@ -43,17 +47,25 @@ def test_fused_uploads_decode_to_the_weighted_mean(n, s, kind):
         [1] * code.K, [quantize(v, cfg, k) for v, k in zip(partials, keys, strict=True)]
     )
     assert total.tolist() == expect.tolist()
-    mean, weight = weighted_mean(dequantize(total, cfg, F))
+    out = lay.unpack(dequantize(total, cfg, F), clip_range=1.0)
+    mean, weight = out.mean_delta, out.total_rho
     exact = torch.stack(partials).double().sum(dim=0)  # the float FedAvg numerator and weight
-    assert abs(weight - float(exact[-1])) <= code.K * cfg.step
-    ref = exact[:-1] / exact[-1]
-    assert torch.allclose(mean, ref, rtol=0, atol=4 * code.K * cfg.step / float(exact[-1]))
+    assert abs(weight - float(exact[d])) <= code.K * cfg.step
+    ref = exact[:d] / exact[d]
+    assert torch.allclose(mean, ref, rtol=0, atol=4 * code.K * cfg.step / float(exact[d]))
 
 
 def test_weight_helpers_refuse_bad_values():
+    lay = UpdateLayout(model_size=1)
     with pytest.raises(InputError):
-        weighted_partial(torch.tensor([1, 2]), 1.0)
+        UpdateLayout(model_size=2).pack(torch.tensor([1.0]), rho=1.0, clip_range=1.0)
     with pytest.raises(InputError):
-        weighted_partial(torch.tensor([1.0]), float("nan"))
+        lay.pack(torch.tensor([1.0]), rho=float("nan"), clip_range=1.0)
+    with pytest.raises(InputError, match="NaN/Inf"):
+        lay.pack(torch.tensor([float("inf")]), rho=1.0, clip_range=1.0)
+    with pytest.raises(InputError, match="metric 'loss' is nan"):
+        UpdateLayout(model_size=1, metric_keys=("loss",)).pack(
+            torch.tensor([0.5]), rho=1.0, clip_range=1.0, metrics={"loss": float("nan")}
+        )
     with pytest.raises(DecodingError, match="total weight"):
-        weighted_mean(torch.tensor([1.0, 0.0]))
+        lay.unpack(torch.tensor([1.0, 0.0, 0.0]), clip_range=1.0)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 from flwr.app import Array, ArrayRecord
 
-from strategies.records import keep_layout, layout
+from coded_fl.layout import array_layout as layout
+from strategies.records import keep_layout
 
 
 def test_a_float64_aggregate_of_a_float32_model_is_cast_back_and_nothing_else_changes():

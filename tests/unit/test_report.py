@@ -10,7 +10,7 @@ import pytest
 pytest.importorskip("matplotlib")
 
 from simulations.bench.stragglers import flower_rows, s_grid
-from simulations.report import load, main, summary_rows, write_report
+from simulations.report.document import load, main, summary_rows, write_report
 
 MACHINE = {
     "date": "2026-01-01T00:00:00+00:00",

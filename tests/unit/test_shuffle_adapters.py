@@ -15,7 +15,6 @@ from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid
 
 from clients.shuffle import (
-    STATE_KEY,
     member_id,
     shuffle_client_app,
     silo_store,
@@ -24,9 +23,11 @@ from clients.shuffle import (
 from coded_fl.errors import ConfigurationError, RemoteProtocolError
 from coded_fl.shuffling import ShuffleJob, UnitManifest, UnitStore, install_silo, plan_shuffle
 from coded_fl.shuffling.wire import JoinReply
-from simulations.shuffle_flower import RecordingGrid, drop_mod, leaked
+from coded_fl.vocabulary import SHUFFLE_KEY
+from coded_fl.vocabulary import SHUFFLE_STATE_KEY as STATE_KEY
+from simulations.shuffle.flower import RecordingGrid, drop_mod, leaked
 from strategies.shuffle import ShuffleRelay
-from strategies.shuffle_records import SHUFFLE_KEY, packet_content, packet_from
+from strategies.shuffle_records import packet_content, packet_from
 
 K = 4
 
@@ -177,12 +178,12 @@ def test_a_node_without_the_handler_is_named(tmp_path):
 def test_an_organisation_key_from_node_config(tmp_path, other_org):
     key = tmp_path / "org.key"
     key.write_text(bytes(range(32)).hex())
-    _, now, nxt, apps = _world(tmp_path, node_config={"codedfl-org-key-file": str(key)})
+    _, now, nxt, apps = _world(tmp_path, node_config={"codedfl.org-key-file": str(key)})
     if other_org:
         rogue = tmp_path / "rogue.key"
         rogue.write_bytes(bytes(range(1, 33)))
         app, cfg = apps[102]
-        apps[102] = (app, {**cfg, "codedfl-org-key-file": str(rogue)})
+        apps[102] = (app, {**cfg, "codedfl.org-key-file": str(rogue)})
     res = ShuffleRelay(InProcessGrid(apps), stage_timeout=5, hello_timeout=5).run(
         _job(now, nxt, "centralized")
     )
@@ -199,17 +200,17 @@ def test_node_config_and_records():
     )
     assert member_id(ctx, K=4) == 2
     assert str(store_path(ctx, 2)).endswith("run-3/member-2")
-    ctx.node_config["codedfl-silo"] = "sender"
+    ctx.node_config["codedfl.silo"] = "sender"
     assert member_id(ctx, K=4) == 4
     with pytest.raises(ConfigurationError, match="central sender's store"):
         silo_store(ctx)
-    ctx.node_config["codedfl-silo"] = "x"
+    ctx.node_config["codedfl.silo"] = "x"
     with pytest.raises(ConfigurationError, match="expected a silo index"):
         member_id(ctx, K=4)
-    ctx.node_config["codedfl-store"] = "/data/silo"
+    ctx.node_config["codedfl.store"] = "/data/silo"
     assert str(store_path(ctx, 1)) == "/data/silo"
     empty = Context(run_id=3, node_id=1, node_config={}, state=RecordDict(), run_config={})
-    with pytest.raises(ConfigurationError, match="codedfl-silo"):
+    with pytest.raises(ConfigurationError, match=r"codedfl\.silo"):
         member_id(empty, K=4)
     p = JoinReply(bytes(16), 3, b"share")
     assert packet_from(packet_content(p)) == p

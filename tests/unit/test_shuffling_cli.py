@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from simulations.shuffle import main
+from simulations.shuffle.cli import main
 
 
 @pytest.mark.parametrize(

@@ -9,10 +9,10 @@ from coded_fl.shuffling import (
     cyclic_assignment,
     decentralized_load,
     shifted_assignment,
-    simulate,
     uncoded_load,
     worst_case_loads,
 )
+from coded_fl.shuffling.harness import simulate
 from tests.shuffling_oracle import check_plan_symbolically
 
 CASES = [(K, t) for K in range(1, 6) for t in range(K + 1)]

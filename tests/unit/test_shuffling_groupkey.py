@@ -8,8 +8,8 @@ import dataclasses
 
 import pytest
 
+from coded_fl.crypto import KeyPair, pairwise_key
 from coded_fl.errors import InputError, LocalProtocolError, RemoteProtocolError
-from coded_fl.secagg.keys import KeyPair, pairwise_key
 from coded_fl.shuffling.groupkey import (
     Roster,
     RosterEntry,

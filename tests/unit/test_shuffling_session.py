@@ -18,9 +18,8 @@ from coded_fl.shuffling import (
     UnitStore,
     install_silo,
     plan_shuffle,
-    silo_buffer,
-    simulate,
 )
+from coded_fl.shuffling.harness import silo_buffer, simulate
 
 K = 4
 KEY = bytes(range(32))

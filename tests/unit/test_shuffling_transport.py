@@ -260,7 +260,7 @@ def test_a_substituted_public_key(tmp_path, org):
     data = _data()
     now, nxt = _batches()
     stores, members = _world(tmp_path, data, now, org_key=org)
-    from coded_fl.secagg.keys import KeyPair
+    from coded_fl.crypto import KeyPair
 
     mallory = KeyPair.generate()
 
@@ -354,21 +354,21 @@ def test_member_state_round_trips_and_repeated_requests_get_the_same_answer(tmp_
     job = _job(now, nxt, "decentralized")
     relay = RelayCoordinator(job)
     hello = relay.hello()
-    first = {m: members[m].handle(hello, stores[m]) for m in range(K)}
-    assert members[0].handle(hello, stores[0]) == first[0]  # same key for the same job
+    first = {m: members[m].receive(hello, stores[m]) for m in range(K)}
+    assert members[0].receive(hello, stores[0]) == first[0]  # same key for the same job
     for m in range(K):
-        relay.on_hello(m, first[m])
+        relay.receive(m, first[m])
     assert relay.close_hello()
     req = relay.key_request()
-    a = members[0].handle(req, stores[0])
+    a = members[0].receive(req, stores[0])
     again = ShuffleMember.from_bytes(members[0].to_bytes())
-    b = again.handle(req, stores[0])
+    b = again.receive(req, stores[0])
     assert a.boxes == b.boxes  # never sealed twice under the same nonces
     assert "private" not in repr(members[0]) and members[0].to_bytes().hex() not in repr(again)
     with pytest.raises(RemoteProtocolError, match="arrived in stage keyed"):
-        members[0].handle(wire.DeliverRequest(job.digest(), 0, ()), stores[0])
+        members[0].receive(wire.DeliverRequest(job.digest(), 0, ()), stores[0])
     with pytest.raises(RemoteProtocolError, match="another shuffle job"):
-        members[1].handle(dataclasses.replace(req, digest=bytes(16), member=1), stores[1])
+        members[1].receive(dataclasses.replace(req, digest=bytes(16), member=1), stores[1])
     with pytest.raises(InputError, match="damaged"):
         ShuffleMember.from_bytes(b"{}")
 
@@ -384,7 +384,7 @@ def test_a_delivery_is_committed_once(tmp_path):
         return p
 
     assert run_loopback(_job(now, nxt, "centralized"), members, stores, tamper=keep).ok
-    first = members[1].handle(packets[("deliver", 1)], stores[1])
+    first = members[1].receive(packets[("deliver", 1)], stores[1])
     assert first.store_epoch == 1 and first.report.complete
     assert set(stores[1].units()) == {u for u in data if nxt[u] == {1}}
 
@@ -452,3 +452,49 @@ def test_one_cache_serves_both_settings_and_stores_know_every_spec(tmp_path):
     now, _ = _batches()
     stores, _ = _world(tmp_path, data, now)
     assert stores[1].known_specs() == {s.unit_id: s for s in UnitManifest.from_data(data)}
+
+
+def test_wire_bytes_is_what_encode_message_writes() -> None:
+    from coded_fl.shuffling.session import ShuffleMessage
+
+    msg = ShuffleMessage(
+        plan_id=bytes(16), epoch=2, index=5, sender=1, nonce=bytes(12), body=bytes(40)
+    )
+    assert msg.wire_bytes == len(wire.encode_message(msg))
+
+
+def test_the_xor_codec_refuses_misshapen_buffers_with_a_typed_error() -> None:
+    from coded_fl.shuffling import codec, plan_shuffle
+    from coded_fl.shuffling.harness import silo_buffer
+
+    data = {u: bytes([u]) * 64 for u in range(8)}
+    manifest = UnitManifest.from_data(data)
+    plan = plan_shuffle(
+        manifest,
+        {u: [u % 4] for u in range(8)},
+        {u: [(u + 1) % 4] for u in range(8)},
+        K=4,
+        t=1,
+    )
+    sender = silo_buffer(plan, 0, data)
+    n = min(plan.n_messages, 2)
+    idx = np.arange(n)
+    wide = np.zeros((n, 2 * plan.layout.piece_size), dtype=np.uint8)
+    with pytest.raises(InputError, match="C-contiguous"):
+        codec.encode(plan, sender, idx, out=wide[:, ::2])  # right shape, not contiguous
+    with pytest.raises(InputError, match="bytes each"):
+        codec.decode(plan, 1, silo_buffer(plan, 1, data), idx, np.zeros(3, dtype=np.uint8))
+
+
+def test_a_job_refuses_nan_storage_and_boolean_sizes() -> None:
+    base = dict(
+        run_id="r",
+        epoch=1,
+        K=2,
+        t=1,
+        current={u: [u % 2] for u in range(4)},
+        nxt={u: [(u + 1) % 2] for u in range(4)},
+    )
+    for change in ({"storage": float("nan")}, {"K": True}, {"t": False}):
+        with pytest.raises(ConfigurationError):
+            wire.ShuffleJob.make(**{**base, **change})  # type: ignore[arg-type]

@@ -28,11 +28,12 @@ from flwr.serverapp import Grid
 from flwr.serverapp.strategy import FedAvg
 
 from clients import coded_secagg_mod
+from coded_fl.errors import ConfigurationError
 from coded_fl.secagg.client import NEEDS_KEYS
 from coded_fl.secagg.messages import Upload
-from simulations.deploy.faults import forge_shares
+from simulations.deploy.tamper import forge_shares
 from strategies import CodedSecAgg
-from strategies.records import accused_in, message_from, message_record
+from strategies.records import message_from, message_record
 
 D = 16
 
@@ -56,6 +57,11 @@ def _client_app(tamper: dict[str, int]) -> ClientApp:
         up = message_from(reply.content)
         if not isinstance(up, Upload):
             return reply
+        if "garble" in tamper:  # a reply the server cannot even read (bad npy or stype)
+            stype = "numpy.ndarray" if tamper["garble"] == 0 else "no-such-stype"
+            junk = Array(dtype="uint8", shape=(3,), stype=stype, data=b"garbage")
+            reply.content["codedfl.msg"] = ArrayRecord({"msg": junk})
+            return reply
         forged = forge_shares(up, target=tamper["target"])
         reply.content["codedfl.msg"] = message_record(forged)
         return reply
@@ -71,7 +77,9 @@ def _client_app(tamper: dict[str, int]) -> ClientApp:
             RecordDict(
                 {
                     "arrays": ArrayRecord({"w": Array(new)}),
-                    "metrics": MetricRecord({"num-examples": 10}),
+                    "metrics": MetricRecord(
+                        {"num-examples": int(context.node_config.get("test-examples", 10))}
+                    ),
                 }
             ),
             reply_to=msg,
@@ -97,6 +105,8 @@ class FakeGrid(Grid):
 
     n: int
     tamper: dict[str, int] = field(default_factory=dict)
+    #: extra node config of every node
+    node_config: dict[str, object] = field(default_factory=dict)
     contexts: dict[int, Context] = field(default_factory=dict)
     activated: dict[int, str] = field(default_factory=dict)
     replies: dict[str, Message] = field(default_factory=dict)
@@ -115,7 +125,12 @@ class FakeGrid(Grid):
         self.contexts[node] = Context(
             run_id=7,
             node_id=node,
-            node_config={"partition-id": i, "num-partitions": self.n, "site": i},
+            node_config={
+                "partition-id": i,
+                "num-partitions": self.n,
+                "site": i,
+                **self.node_config,
+            },
             state=RecordDict(),
             run_config={},
         )
@@ -253,7 +268,7 @@ def test_tampered_share_is_refused_and_its_sender_named(extra: int) -> None:
         assert rep.round_trips == 2
         if 0 in rep.errors or 1 not in rep.errors:
             continue
-        assert accused_in(rep.errors[1]) == 0
+        assert rep.errors[1].startswith("silo 0:")  # silo 1 refused the share silo 0 sealed
         assert "silo 0" in rep.accused[0] and "silo 1" in rep.accused[0]
         assert "accused" in rep.line()
     assert any(0 in rep.accused for rep in s.reports)
@@ -262,3 +277,113 @@ def test_tampered_share_is_refused_and_its_sender_named(extra: int) -> None:
     for rep in s.reports:
         if rep.ok:
             assert rep.responders >= 1
+
+
+def test_a_second_start_is_a_run_of_its_own() -> None:
+    # run 1 ends with silo 2 waiting for a rekey (it restarted and refused round 2 with
+    # NEEDS_KEYS); run 2 on the same wrapper must not inherit that, nor run 1's reports,
+    # late uploads or key exchanges
+    grid = FakeGrid(4)
+    s = _strategy(4)
+    pushes: list[int] = []
+
+    def restart_before_round_2(g: FakeGrid) -> None:
+        pushes.append(1)
+        if len(pushes) == 4:  # keys, train 1, recovery 1, then round 2's train request
+            g.restart(102, stamp="t1")
+
+    grid.before_push.append(restart_before_round_2)
+    _start(s, grid, 2)
+    assert NEEDS_KEYS in s.reports[1].errors[2]
+    first_run = s.run_id
+    grid.before_push.clear()
+    _start(s, grid, 3)
+    assert [r.round for r in s.reports] == [1, 2, 3]
+    assert all(r.ok and not r.rekeyed and not r.errors for r in s.reports)
+    assert s.key_exchanges == [(1, (0, 1, 2, 3))]
+    assert sorted(s.late_train) == [1, 2, 3]
+    assert all(len(v) == 1 for v in s.late_train.values())  # one late upload a round, run 2's
+    assert s.run_id != first_run  # the same Flower run, but seeds derive from the session
+
+
+@pytest.mark.parametrize("garble", [0, 1])
+def test_an_unreadable_reply_makes_its_silo_a_straggler_and_the_run_goes_on(garble: int) -> None:
+    # silo 0's uploads cannot be deserialised (garbled npy payload, unknown stype): every
+    # round completes from the other three, and silo 0's error says what was wrong
+    grid = FakeGrid(4, tamper={"site": 0, "garble": garble})
+    s = _strategy(4)
+    _start(s, grid, 2)
+    assert [r.ok for r in s.reports] == [True, True]
+    for rep in s.reports:
+        assert 0 in rep.stragglers and "codedfl.msg" in rep.errors[0]
+
+
+def test_silos_refuse_a_configuration_below_their_minimum_and_the_server_says_so() -> None:
+    # every node pins T >= 2 in its node config; the server asks for T = 1
+    grid = FakeGrid(4, node_config={"codedfl.min-privacy-threshold": 2})
+    s = _strategy(4)
+    with pytest.raises(ConfigurationError, match=r"codedfl.min-privacy-threshold"):
+        _start(s, grid, 1)
+
+
+def test_flower_output_is_kept_and_the_round_line_shows_the_server_side_accuracy() -> None:
+    import logging
+
+    lines: list[str] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            lines.append(record.getMessage())
+
+    handler = Keep()
+    logging.getLogger("flwr").addHandler(handler)
+    try:
+        grid = FakeGrid(4)
+        s = _strategy(4)
+        init = ArrayRecord({"w": Array(np.zeros(D, dtype=np.float32))})
+        s.start(
+            grid=grid,
+            initial_arrays=init,
+            num_rounds=2,
+            evaluate_fn=lambda r, arrays: MetricRecord({"accuracy": 0.25 * r, "eval_acc": 0.0}),
+        )
+    finally:
+        logging.getLogger("flwr").removeHandler(handler)
+    for expected in ("Starting CodedSecAgg strategy:", "[ROUND 2/2]", "Global evaluation"):
+        assert expected in lines
+    assert "Final results:" in lines
+    rep = s.reports[1]
+    assert rep.server_metrics == {"accuracy": 0.5, "eval_acc": 0.0}  # as named, no prefix
+    assert "accuracy=0.5000" in rep.line()
+
+
+def test_a_setting_that_stops_every_round_stops_the_run_after_the_first() -> None:
+    # every partition has 5000 examples, more than max_weight = 1000: no round can complete,
+    # so the run stops after round 1 with the silos' reason instead of aborting every round
+    grid = FakeGrid(4, node_config={"test-examples": 5000})
+    s = _strategy(4)
+    with pytest.raises(ConfigurationError, match=r"cannot complete.*max_weight=1000"):
+        _start(s, grid, 3)
+    assert len(s.reports) == 1 and not s.reports[0].ok
+
+
+def test_one_misconfigured_silo_is_only_a_straggler() -> None:
+    grid = FakeGrid(4)
+    grid.contexts[100].node_config["test-examples"] = 5000  # silo 0 alone (s = 1)
+    s = _strategy(4)
+    _start(s, grid, 2)
+    assert all(r.ok for r in s.reports)
+    assert all(0 in r.stragglers and "max_weight" in r.errors[0] for r in s.reports)
+
+
+def test_too_few_nodes_for_s_and_t_says_how_many_are_needed() -> None:
+    # Flower's default simulation has 2 SuperNodes; s = T = 1 needs 3
+    s = CodedSecAgg(
+        FedAvg(fraction_evaluate=0.0),
+        num_stragglers=1,
+        privacy_threshold=1,
+        node_wait_timeout=1.0,
+        progress=lambda r: None,
+    )
+    with pytest.raises(ConfigurationError, match=r"2 silos .* need at least 3 .*num_supernodes=3"):
+        _start(s, FakeGrid(2), 1)

@@ -21,8 +21,9 @@ from flwr.clientapp import ClientApp
 
 from clients import coded_secagg_mod
 from coded_fl.secagg.messages import Upload
-from simulations.deploy.faults import forge_shares
-from strategies.records import MSG_KEY, message_from, message_record
+from coded_fl.vocabulary import MSG_KEY
+from simulations.deploy.tamper import forge_shares
+from strategies.records import message_from, message_record
 
 EXAMPLES = 100  # num-examples every partition reports
 

@@ -1,5 +1,8 @@
 """quickstart: a Flower / PyTorch app."""
 
+import tempfile
+from pathlib import Path
+
 import torch
 from flwr.app import ArrayRecord, ConfigRecord, Context
 from flwr.serverapp import Grid, ServerApp
@@ -32,7 +35,9 @@ def main(grid: Grid, context: Context) -> None:
         num_rounds=num_rounds,
     )
 
-    # Save final model to disk
-    print("\nSaving final model to disk...")
+    # Save final model to disk: into `model-dir` (default: a new temporary folder)
+    model_dir = str(context.run_config.get("model-dir", ""))
+    path = Path(model_dir or tempfile.mkdtemp(prefix="quickstart-")) / "final_model.pt"
+    print(f"\nSaving final model to {path}...")
     state_dict = result.arrays.to_torch_state_dict()
-    torch.save(state_dict, "final_model.pt")
+    torch.save(state_dict, path)

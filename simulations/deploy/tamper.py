@@ -1,4 +1,6 @@
-"""Fault injection for the deployment tests (test apps only; nothing here runs by default)."""
+"""Share tampering for the deployment fault tests: a forged share, as the deployment
+app's ``tamper_mod`` (run config ``tamper-site``, ``tamper-target``) and
+``tests/unit/test_strategy_faults.py`` send it (test apps only; nothing here runs by default)."""
 
 from __future__ import annotations
 

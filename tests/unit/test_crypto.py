@@ -4,8 +4,16 @@ from __future__ import annotations
 
 import pytest
 
+from coded_fl.crypto import (
+    NONCE_BYTES,
+    SEAL_OVERHEAD,
+    KeyPair,
+    check_public_key,
+    open_sealed,
+    pairwise_key,
+    seal,
+)
 from coded_fl.errors import InputError, RemoteProtocolError
-from coded_fl.secagg.keys import KeyPair, check_public_key, open_sealed, pairwise_key, seal
 
 CTX = {"run_id": b"r", "round_": 4, "sender": 1, "recipient": 2, "purpose": b"mask-share"}
 
@@ -70,3 +78,36 @@ def test_public_key_checks():
         check_public_key(b"\x01" * 31, sender=3)
     with pytest.raises(RemoteProtocolError, match="small-order"):
         check_public_key(bytes(32), sender=3)  # the all-zero point
+
+
+def test_sealing_one_context_twice_never_reuses_a_nonce():
+    # a silo whose state was written back stale seals the same (round, sender, recipient)
+    # again: with nonces derived from the context, the two boxes would share a GCM nonce
+    k12, k21 = keys()
+    first, second = seal(k12, b"payload-1", **CTX), seal(k12, b"payload-2", **CTX)
+    assert first[:NONCE_BYTES] != second[:NONCE_BYTES]
+    assert len(first) == len(b"payload-1") + SEAL_OVERHEAD
+    assert open_sealed(k21, first, **CTX) == b"payload-1"
+    assert open_sealed(k21, second, **CTX) == b"payload-2"
+    for short in (b"", first[: SEAL_OVERHEAD - 1]):
+        with pytest.raises(RemoteProtocolError, match="failed authentication"):
+            open_sealed(k21, short, **CTX)
+
+
+def test_the_pairwise_key_is_bound_to_both_public_keys():
+    # the HKDF info carries both public keys, ordered by silo id: the same shared secret
+    # under another claimed public key gives another key
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+    a, b = KeyPair.generate(), KeyPair.generate()
+    k = pairwise_key(a, b.public_bytes, run_id=b"r", me=0, peer=1)
+    secret = a.exchange(b.public_bytes)
+    salt = (0).to_bytes(4, "little") + (1).to_bytes(4, "little") + b"r"
+
+    def hkdf(info: bytes) -> bytes:
+        return HKDF(algorithm=hashes.SHA256(), length=32, salt=salt, info=info).derive(secret)
+
+    info = b"coded-fl/v2/pairwise-key"
+    assert k == hkdf(info + a.public_bytes + b.public_bytes)
+    assert k != hkdf(info)

@@ -8,7 +8,7 @@
     python -m simulations.report --quick         # small sizes, into results/quick/ (CI-sized)
 
 The report reads the JSON that each benchmark writes (``python -m simulations.bench NAME``), draws
-the figures (:mod:`simulations.report_figures`, PNG files beside the report) and writes one
+the figures (:mod:`simulations.report.figures`, PNG files beside the report) and writes one
 table with every goal of every benchmark, measured against its target. A benchmark without a
 JSON is listed as "not measured". Each figure's footer names the machine, the versions and the
 date of the JSON it was drawn from.
@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from simulations.report_figures import FIGURES, provenance
+from simulations.report.figures import FIGURES, provenance
 
 #: benchmarks the report knows, in the order of its sections (some are other issues' work)
 EXPECTED = (
@@ -530,7 +530,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--bench-dir", type=Path, help="where the JSON files are (docs/bench)")
     ap.add_argument("--out", type=Path, help="the Markdown file (docs/report.md)")
     args = ap.parse_args(argv)
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     default = root / ("results/quick" if args.quick else "docs")
     bench_dir = args.bench_dir or (default / "bench")
     out = args.out or (default / "report.md")

@@ -90,7 +90,7 @@ def run_child(module: str, args: Sequence[str], *, timeout: float) -> int:
     its output goes to ours. The whole process group is stopped when it returns, fails or
     runs past ``timeout`` seconds (then TimeoutError)."""
     env = {**os.environ, **OFFLINE_ENV}
-    root = str(Path(__file__).resolve().parents[1])
+    root = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH", "")]))
     with tempfile.TemporaryDirectory(prefix="codedfl-flwr-") as home:
         env["FLWR_HOME"] = home

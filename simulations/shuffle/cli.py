@@ -3,7 +3,7 @@
 ``python -m simulations.shuffle --silos 4 --units 8 --storage 2 [--decentralized] [--data DIR]``
 ``python -m simulations.shuffle --flower [...]``: the same shuffle through a Flower simulation
 (K + 1 SuperNodes on Ray: the K silos and the central sender; the server relays ciphertext
-under the silos' group key; see ``simulations/shuffle_flower.py``).
+under the silos' group key; see ``simulations/shuffle/flower.py``).
 
 Units are the files of ``--data DIR`` (sorted by name; the first ``--units`` of them) or random
 bytes. Each silo gets a temporary directory store, filled for the current epoch (its batch in
@@ -33,10 +33,10 @@ from coded_fl.shuffling import (
     install_silo,
     plan_shuffle,
     shifted_assignment,
-    simulate,
     storage_for_level,
     worst_case_loads,
 )
+from coded_fl.shuffling.harness import simulate
 
 
 def _units(args: argparse.Namespace, rng: np.random.Generator) -> dict[str | int, bytes]:
@@ -155,7 +155,7 @@ def _flower(
     nxt: dict[str | int, frozenset[int]],
     storage: float,
 ) -> int:
-    from simulations.shuffle_flower import Epoch, leaked, run_flower_shuffle
+    from simulations.shuffle.flower import Epoch, leaked, run_flower_shuffle
 
     K, t = args.silos, args.storage
     mode: Mode = "decentralized" if args.decentralized else "centralized"

@@ -25,7 +25,7 @@ from flwr.clientapp.typing import ClientAppCallable, Mod
 from flwr.serverapp import Grid, ServerApp
 from flwr.simulation import run_simulation
 
-from clients.shuffle import STATE_KEY, shuffle_client_app
+from clients.shuffle import shuffle_client_app
 from coded_fl.shuffling import (
     Mode,
     ShuffleMember,
@@ -45,6 +45,7 @@ from coded_fl.shuffling.wire import (
     PlanRequest,
     ShuffleJob,
 )
+from coded_fl.vocabulary import SHUFFLE_STATE_KEY as STATE_KEY
 from strategies.roster import GridView
 from strategies.shuffle import ShuffleRelay
 from strategies.shuffle_records import packet_from
@@ -128,7 +129,7 @@ def drop_mod(drops: Mapping[int, tuple[str, int]]) -> Mod:
     def mod(msg: Message, context: Context, call_next: ClientAppCallable) -> Message:
         packet: Packet | None = packet_from(msg.content)
         cfg = context.node_config
-        member = int(str(cfg.get("codedfl-silo", cfg["partition-id"])))
+        member = int(str(cfg.get("codedfl.silo", cfg["partition-id"])))
         if packet is not None and member in drops:
             if isinstance(packet, Hello) and packet.job is not None:
                 epoch = packet.job.epoch

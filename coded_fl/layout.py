@@ -1,0 +1,279 @@
+"""The update vector: what one partition contributes to a round, and how the sum is read back.
+
+Partition k's vector, of :attr:`UpdateLayout.length` = d + 2 + len(metric_keys) coordinates::
+
+    rho_k (theta_k - theta)  |  rho_k c  |  rho_k c f_k  |  rho_k c m_kj / METRIC_BOUND ...
+    (d model coordinates)       weight      clip rate       one per metric
+
+with :math:`\\rho_k = w_k / W` (the sample weight over its public bound), c the clip range,
+:math:`f_k` the fraction of the model coordinates that exceeded c, :math:`m_{kj}` the metrics.
+Every coordinate is a multiple of :math:`\\rho_k`, the code is linear, so the decoded sum gives
+the FedAvg numerator, :math:`c \\sum_k \\rho_k` and the weighted sums of the clip rates and
+metrics: :meth:`UpdateLayout.unpack` divides them out. The weight and rate coordinates carry a
+factor c so they use the quantization range the model coordinates use.
+
+Both adapters use this one definition (the silo packs, the server unpacks). The model side is
+handled by :func:`flatten` and :func:`array_layout`, which read any mapping of named arrays
+(Flower's ``ArrayRecord`` or a dict of NumPy arrays) without importing Flower.
+
+>>> lay = UpdateLayout(model_size=2, metric_keys=("acc",))
+>>> v0 = lay.pack(0.25 * torch.tensor([0.1, 0.2]), rho=0.25, clip_range=1.0, metrics={"acc": 0.5})
+>>> v1 = lay.pack(0.75 * torch.tensor([0.3, 0.6]), rho=0.75, clip_range=1.0, metrics={"acc": 0.9})
+>>> out = lay.unpack((v0 + v1).double(), clip_range=1.0)
+>>> [round(x, 4) for x in out.mean_delta.tolist()], out.total_rho, round(out.metrics["acc"], 4)
+([0.25, 0.5], 1.0, 0.8)
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from coded_fl.errors import ConfigurationError, DecodingError, InputError
+
+__all__ = [
+    "METRIC_BOUND",
+    "DecodedUpdate",
+    "UpdateLayout",
+    "array_layout",
+    "check_same_layout",
+    "flatten",
+]
+
+#: Metrics travel scaled by c / METRIC_BOUND (and clipped to +-METRIC_BOUND).
+METRIC_BOUND = 1000.0
+
+
+@dataclass(frozen=True)
+class DecodedUpdate:
+    """The decoded round read through the layout.
+
+    Attributes
+    ----------
+    mean_delta
+        The weighted average of :math:`\\theta_k - \\theta` (in the dtype of the sum).
+    total_rho
+        :math:`\\sum_k w_k / W`.
+    clipped_fraction
+        The weighted average fraction of model coordinates that were clipped.
+    metrics
+        The weighted averages of the requested metrics.
+    """
+
+    mean_delta: torch.Tensor
+    total_rho: float
+    clipped_fraction: float
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class UpdateLayout:
+    """Where the model, the weight, the clip rate and the metrics sit in the update vector.
+
+    Parameters
+    ----------
+    model_size
+        d, the number of model coordinates.
+    metric_keys
+        Names of the metrics carried, in order.
+    """
+
+    model_size: int
+    metric_keys: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.model_size, int) or self.model_size < 1:
+            raise ConfigurationError(f"model_size must be an int >= 1, got {self.model_size!r}")
+
+    @property
+    def length(self) -> int:
+        """Coordinates of the whole vector (the protocol's ``vector_length``)."""
+        return self.model_size + 2 + len(self.metric_keys)
+
+    def describe(self) -> str:
+        """The layout in words (for errors that compare lengths)."""
+        return (
+            f"{self.model_size} model values +1 weight, +1 clip rate, "
+            f"+{len(self.metric_keys)} metrics = {self.length}"
+        )
+
+    def pack(
+        self,
+        weighted_delta: torch.Tensor,
+        *,
+        rho: float,
+        clip_range: float,
+        metrics: Mapping[str, float] | None = None,
+    ) -> torch.Tensor:
+        """Partition k's vector.
+
+        Parameters
+        ----------
+        weighted_delta
+            :math:`\\rho_k (\\theta_k - \\theta)`, d finite float values.
+        rho
+            :math:`\\rho_k = w_k / W`, in (0, 1].
+        clip_range
+            c; coordinates of ``weighted_delta`` beyond it count as clipped.
+        metrics
+            Values of :attr:`metric_keys` (a missing one counts 0); clipped to
+            +-:data:`METRIC_BOUND`.
+
+        Returns
+        -------
+        torch.Tensor
+            float32, :attr:`length` coordinates.
+
+        Raises
+        ------
+        InputError
+            If ``weighted_delta`` has the wrong size or holds NaN/Inf, ``rho`` is not in
+            (0, 1], or a metric is NaN/Inf (it would otherwise pass as +-METRIC_BOUND).
+        """
+        flat = weighted_delta.detach().reshape(-1).to(torch.float32)
+        if flat.numel() != self.model_size:
+            raise InputError(f"update has {flat.numel()} values, the model {self.model_size}")
+        if not (math.isfinite(rho) and 0 < rho <= 1):
+            raise InputError(f"rho must be in (0, 1], got {rho!r}")
+        if not torch.isfinite(flat).all():
+            raise InputError("the update holds NaN/Inf: lower the learning rate")
+        c = float(clip_range)
+        clipped = float((flat.abs() > c).float().mean())
+        extras = [rho * c, rho * clipped * c]
+        given = metrics or {}
+        for name in self.metric_keys:
+            value = float(given.get(name, 0.0))
+            if not math.isfinite(value):
+                raise InputError(f"metric '{name}' is {value}: a metric must be a finite number")
+            value = max(-METRIC_BOUND, min(METRIC_BOUND, value))
+            extras.append(rho * value * c / METRIC_BOUND)
+        return torch.cat([flat, torch.tensor(extras, dtype=torch.float32)])
+
+    def unpack(self, total: torch.Tensor, *, clip_range: float) -> DecodedUpdate:
+        """Read a decoded, dequantized sum of packed vectors.
+
+        Parameters
+        ----------
+        total
+            The sum over every partition of :meth:`pack`'s vectors (float).
+        clip_range
+            The c the vectors were packed with.
+
+        Returns
+        -------
+        DecodedUpdate
+
+        Raises
+        ------
+        InputError
+            If ``total`` does not have :attr:`length` coordinates.
+        DecodingError
+            If the decoded total weight is not positive (no partition reported examples).
+        """
+        if total.numel() != self.length:
+            raise InputError(f"decoded vector has {total.numel()} values, expected {self.length}")
+        d, c = self.model_size, float(clip_range)
+        total_rho = float(total[d]) / c
+        if not total_rho > 0:
+            raise DecodingError(
+                f"decoded total weight is {total_rho:g} (no partition reported examples)"
+            )
+        metrics = {
+            name: float(total[d + 2 + j]) * METRIC_BOUND / c / total_rho
+            for j, name in enumerate(self.metric_keys)
+        }
+        return DecodedUpdate(
+            mean_delta=total[:d] / total_rho,
+            total_rho=total_rho,
+            clipped_fraction=float(total[d + 1]) / c / total_rho,
+            metrics=metrics,
+        )
+
+
+# ----------------------------------------------------------------------------- named arrays
+ArrayLayout = tuple[tuple[str, tuple[int, ...], str], ...]
+
+
+def _numpy(array: Any) -> np.ndarray:
+    return array if isinstance(array, np.ndarray) else array.numpy()
+
+
+def flatten(arrays: Mapping[str, Any]) -> torch.Tensor:
+    """All arrays of a record, in key order, as one float32 vector.
+
+    Parameters
+    ----------
+    arrays
+        Named arrays: NumPy arrays, or objects with a ``numpy()`` method (Flower ``Array``).
+
+    Returns
+    -------
+    torch.Tensor
+        float32, the arrays' elements one after the other.
+
+    Raises
+    ------
+    InputError
+        If an array is not floating point or there is none.
+    """
+    parts = []
+    for name, arr in arrays.items():
+        a = _numpy(arr)
+        if not np.issubdtype(a.dtype, np.floating):
+            raise InputError(
+                f"array '{name}' has dtype {a.dtype}: coded-fl aggregates floating point "
+                "arrays only (keep integer buffers such as BatchNorm counters out of the record)"
+            )
+        parts.append(torch.from_numpy(np.ascontiguousarray(a, dtype=np.float32).reshape(-1)))
+    if not parts:
+        raise InputError("the ArrayRecord is empty: nothing to aggregate")
+    return torch.cat(parts)
+
+
+def array_layout(arrays: Mapping[str, Any]) -> ArrayLayout:
+    """(name, shape, dtype) of every array, in order: what must match between two records.
+
+    Read from the arrays' metadata (``shape``, ``dtype``); nothing is deserialised.
+
+    Parameters
+    ----------
+    arrays
+        Named arrays (Flower ``ArrayRecord`` or a dict of NumPy arrays).
+
+    Returns
+    -------
+    tuple[tuple[str, tuple[int, ...], str], ...]
+    """
+    return tuple((name, tuple(arr.shape), str(arr.dtype)) for name, arr in arrays.items())
+
+
+def check_same_layout(got: Mapping[str, Any], expected: Mapping[str, Any], *, who: str) -> None:
+    """Refuse a record whose arrays differ from ``expected`` in name, shape or dtype.
+
+    Parameters
+    ----------
+    got, expected
+        Named arrays.
+    who
+        Who produced ``got`` (for the message).
+
+    Raises
+    ------
+    InputError
+        Naming ``who`` and both layouts.
+    """
+    if array_layout(got) != array_layout(expected):
+        raise InputError(
+            f"{who} returned arrays whose names/shapes/dtypes differ from the model it received: "
+            f"{_describe(array_layout(got))} vs {_describe(array_layout(expected))}"
+        )
+
+
+def _describe(lay: Sequence[tuple[str, tuple[int, ...], str]]) -> str:
+    shown = ", ".join(f"{n}{list(s)}" for n, s, _ in lay[:4])
+    return f"[{shown}{', ...' if len(lay) > 4 else ''}]"

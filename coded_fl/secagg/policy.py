@@ -1,0 +1,166 @@
+"""What a silo accepts from a server: its own minimums on the public configuration.
+
+The server chooses the configuration; a silo that took any configuration could be stripped of
+its privacy by a server setting (with T = 0 and U = 1 every mask share equals the mask itself,
+so one colluding silo learns every mask). A :class:`ClientPolicy` pins the silo's minimums and,
+optionally, its silo index; the client machine refuses a key request below them before it
+changes any state, with an error that names the setting on both sides.
+
+A policy comes from the mod's arguments (:func:`clients.make_coded_secagg_mod`) and from the
+node config (``--node-config``); the node config can only raise a minimum:
+
+``codedfl.min-privacy-threshold``  T at least this
+``codedfl.min-mask-pieces``        U - T at least this (the mask is U - T pieces)
+``codedfl.min-silos``              n at least this
+``codedfl.min-modulus-bits``       p at least 2^(bits - 1)
+``codedfl.expected-silo``          this node's silo index (refuse any other)
+
+>>> ClientPolicy(min_privacy_threshold=2).tightened({"codedfl.min-privacy-threshold": 3})
+ClientPolicy(min_privacy_threshold=3, min_mask_pieces=1, min_silos=1, min_modulus_bits=2, silo=None)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+
+from coded_fl.errors import ConfigurationError, RemoteProtocolError
+from coded_fl.secagg.config import ProtocolConfig
+from coded_fl.secagg.messages import SERVER
+from coded_fl.vocabulary import PREFIX
+
+__all__ = ["EXPECTED_SILO_KEY", "ClientPolicy"]
+
+#: Node-config key that pins this node's secure-aggregation silo index.
+EXPECTED_SILO_KEY = PREFIX + "expected-silo"
+
+_KEYS = {
+    "min_privacy_threshold": PREFIX + "min-privacy-threshold",
+    "min_mask_pieces": PREFIX + "min-mask-pieces",
+    "min_silos": PREFIX + "min-silos",
+    "min_modulus_bits": PREFIX + "min-modulus-bits",
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClientPolicy:
+    """A silo's minimums on the configuration it accepts.
+
+    Parameters
+    ----------
+    min_privacy_threshold
+        Refuse T below this (colluding silos tolerated).
+    min_mask_pieces
+        Refuse U - T below this.
+    min_silos
+        Refuse n below this.
+    min_modulus_bits
+        Refuse a modulus p below 2^(bits - 1).
+    silo
+        This node's silo index, if pinned: refuse a key request that assigns another.
+
+    Raises
+    ------
+    ConfigurationError
+        If a minimum is not a non-negative int.
+    """
+
+    min_privacy_threshold: int = 0
+    min_mask_pieces: int = 1
+    min_silos: int = 1
+    min_modulus_bits: int = 2
+    silo: int | None = None
+
+    def __post_init__(self) -> None:
+        for name in _KEYS:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ConfigurationError(f"{name} must be an int >= 0, got {value!r}")
+        if self.silo is not None and (
+            isinstance(self.silo, bool) or not isinstance(self.silo, int) or self.silo < 0
+        ):
+            raise ConfigurationError(f"silo must be an int >= 0 or None, got {self.silo!r}")
+
+    def tightened(self, node_config: Mapping[str, object]) -> ClientPolicy:
+        """This policy with the minimums of ``node_config`` where they are stricter.
+
+        Parameters
+        ----------
+        node_config
+            The node's config (``codedfl.min-*`` keys, ``codedfl.expected-silo``).
+
+        Returns
+        -------
+        ClientPolicy
+
+        Raises
+        ------
+        ConfigurationError
+            If a key holds something else than a non-negative int, or the node's silo
+            contradicts the policy's.
+        """
+        changes: dict[str, int] = {}
+        for name, key in _KEYS.items():
+            if key in node_config:
+                value = _int(node_config[key], key)
+                changes[name] = max(value, getattr(self, name))
+        raw = node_config.get(EXPECTED_SILO_KEY)
+        if raw is not None:
+            silo = _int(raw, EXPECTED_SILO_KEY)
+            if self.silo is not None and silo != self.silo:
+                raise ConfigurationError(
+                    f"node config {EXPECTED_SILO_KEY}={silo} contradicts the mod's silo={self.silo}"
+                )
+            changes["silo"] = silo
+        return replace(self, **changes)
+
+    def check(self, cfg: ProtocolConfig, silo: int) -> None:
+        """Refuse a configuration below the minimums, or an index other than the pinned one.
+
+        Parameters
+        ----------
+        cfg
+            The configuration a key request carries.
+        silo
+            The silo index the key request assigns.
+
+        Raises
+        ------
+        RemoteProtocolError
+            Blaming the server, naming the setting to change on either side.
+        """
+        below = [
+            (cfg.T, self.min_privacy_threshold, "privacy_threshold T", "min_privacy_threshold"),
+            (cfg.U - cfg.T, self.min_mask_pieces, "U - T", "min_mask_pieces"),
+            (cfg.n, self.min_silos, "the number of silos n", "min_silos"),
+        ]
+        for got, least, what, name in below:
+            if got < least:
+                raise RemoteProtocolError(
+                    f"the server's configuration has {what} = {got}, below this silo's minimum "
+                    f"{name}={least} (node config {_KEYS[name]}): raise it in "
+                    "strategies.CodedSecAgg, or lower the silo's minimum",
+                    sender=SERVER,
+                )
+        if cfg.p.bit_length() < self.min_modulus_bits:
+            raise RemoteProtocolError(
+                f"the server's modulus p={cfg.p} has {cfg.p.bit_length()} bits, below this "
+                f"silo's minimum {_KEYS['min_modulus_bits']}={self.min_modulus_bits}",
+                sender=SERVER,
+            )
+        if self.silo is not None and silo != self.silo:
+            raise RemoteProtocolError(
+                f"the key request assigns silo index {silo}, but this node is silo {self.silo} "
+                f"({EXPECTED_SILO_KEY})",
+                sender=SERVER,
+            )
+
+
+def _int(raw: object, key: str) -> int:
+    try:
+        value = int(str(raw))
+    except ValueError:
+        raise ConfigurationError(f"node config {key}={raw!r}: expected an integer") from None
+    if value < 0:
+        raise ConfigurationError(f"node config {key}={raw!r}: expected an integer >= 0")
+    return value

@@ -1,0 +1,271 @@
+"""The wire vocabulary: every name coded-fl puts into a Flower record, config or node config.
+
+Both Flower adapters (``strategies`` on the server, ``clients`` on the silos) take their names
+from here, so the two ends cannot drift apart. One rule: every name is ``codedfl.<name>``
+(Flower flattens a dotted node-config key ``codedfl.silo=3`` to the same ``"codedfl.silo"``).
+Domain-separation labels inside the cryptography (HKDF infos, BLAKE2 personalisations) are not
+names on the wire and stay where they are used.
+
+Record keys of a message's content
+    :data:`MSG_KEY` (an encoded :mod:`coded_fl.secagg.messages` message, framed by
+    :func:`frame`), :data:`TRAIN_KEY` (the :class:`TrainSpec`), :data:`INFO_KEY` (non-secret
+    telemetry a silo adds to its replies), :data:`SHUFFLE_KEY` (an encoded shuffle packet).
+Entries of the train config the user's train function sees
+    :data:`PARTITION_ENTRY`, :data:`SEED_ENTRY`.
+Keys of a silo's ``context.state``
+    :data:`STATE_KEY`, :data:`SHUFFLE_STATE_KEY` (never leave the node).
+Node-config keys
+    :data:`SILO_NODE_KEY`, :data:`STORE_NODE_KEY`, :data:`ORG_KEY_FILE_NODE_KEY`.
+
+>>> frame_bytes = unframe(frame(b"abc"))
+>>> frame_bytes
+b'abc'
+"""
+
+from __future__ import annotations
+
+import io
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from coded_fl.errors import RemoteProtocolError
+
+__all__ = [
+    "FRAME_ARRAY",
+    "INFO_KEY",
+    "MSG_KEY",
+    "ORG_KEY_FILE_NODE_KEY",
+    "PARTITION_ENTRY",
+    "PREFIX",
+    "SEED_ENTRY",
+    "SHUFFLE_ACTION",
+    "SHUFFLE_KEY",
+    "SHUFFLE_STATE_KEY",
+    "SILO_NODE_KEY",
+    "STATE_KEY",
+    "STORE_NODE_KEY",
+    "TRAIN_KEY",
+    "TrainSpec",
+    "frame",
+    "is_ours",
+    "read_frame",
+    "unframe",
+]
+
+PREFIX = "codedfl."
+
+MSG_KEY = PREFIX + "msg"
+TRAIN_KEY = PREFIX + "train"
+INFO_KEY = PREFIX + "info"
+SHUFFLE_KEY = PREFIX + "shuffle.msg"
+
+PARTITION_ENTRY = PREFIX + "partition"
+SEED_ENTRY = PREFIX + "seed"
+
+STATE_KEY = PREFIX + "state"
+SHUFFLE_STATE_KEY = PREFIX + "shuffle.state"
+
+SILO_NODE_KEY = PREFIX + "silo"
+STORE_NODE_KEY = PREFIX + "store"
+ORG_KEY_FILE_NODE_KEY = PREFIX + "org-key-file"
+
+#: The action of shuffle messages: their Flower message type is ``query.codedfl_shuffle``
+#: (Flower message types allow no dot after the category).
+SHUFFLE_ACTION = "codedfl_shuffle"
+
+#: Name of the one uint8 array inside a framed record.
+FRAME_ARRAY = "msg"
+
+
+def is_ours(key: str) -> bool:
+    """True for a record key or config entry that coded-fl owns (the user's code never sees
+    those).
+
+    Parameters
+    ----------
+    key
+        A record key or config entry name.
+
+    Returns
+    -------
+    bool
+    """
+    return key.startswith(PREFIX)
+
+
+def frame(raw: bytes) -> np.ndarray:
+    """Encoded bytes as the 1-D uint8 array that travels under :data:`FRAME_ARRAY` (Flower
+    chunks large arrays like any model, so big uploads need nothing special).
+
+    Parameters
+    ----------
+    raw
+        The encoded message or packet.
+
+    Returns
+    -------
+    numpy.ndarray
+        A read-only uint8 view of ``raw``.
+    """
+    return np.frombuffer(raw, dtype=np.uint8)
+
+
+def unframe(array: np.ndarray) -> bytes:
+    """The bytes :func:`frame` made, after checking the array's type and shape.
+
+    Parameters
+    ----------
+    array
+        What arrived under :data:`FRAME_ARRAY`.
+
+    Returns
+    -------
+    bytes
+        The encoded message or packet.
+
+    Raises
+    ------
+    RemoteProtocolError
+        If ``array`` is not a 1-D uint8 array.
+    """
+    if not isinstance(array, np.ndarray) or array.dtype != np.uint8 or array.ndim != 1:
+        raise RemoteProtocolError(f"'{FRAME_ARRAY}' must be a 1-D uint8 array")
+    return array.tobytes()
+
+
+def read_frame(content: Mapping[str, Any], key: str) -> bytes | None:
+    """The framed bytes under ``key`` of a message's content, or None if there is no ``key``.
+
+    Reads Flower's ``RecordDict``/``ArrayRecord``/``Array`` by their mapping interface and the
+    Array's ``stype``, ``dtype``, ``shape`` and ``data``, so the core needs no Flower import.
+    The Array's metadata and its npy header are checked before its payload is touched (a
+    forged header could otherwise make numpy allocate whatever size it claims): a 1-D uint8
+    array whose length is the payload's. Any failure to read is the sender's fault.
+
+    Parameters
+    ----------
+    content
+        A message's content (a Flower ``RecordDict``).
+    key
+        The record key, e.g. :data:`MSG_KEY`.
+
+    Returns
+    -------
+    bytes | None
+
+    Raises
+    ------
+    RemoteProtocolError
+        If the record under ``key`` is not a framed record.
+    """
+    if key not in content:
+        return None
+    shape = f"an ArrayRecord holding one 1-D uint8 Array '{FRAME_ARRAY}'"
+    try:
+        record = content[key]
+        if len(record) != 1:
+            raise RemoteProtocolError(f"'{key}' must be {shape}, it holds {len(record)} items")
+        array = record[FRAME_ARRAY]
+        stype, dtype, dims, data = array.stype, array.dtype, tuple(array.shape), array.data
+    except RemoteProtocolError:
+        raise
+    except Exception as exc:  # any failure to read a peer's record is the peer's fault
+        raise RemoteProtocolError(
+            f"'{key}' must be {shape} (reading it failed: {type(exc).__name__})"
+        ) from None
+    if stype != "numpy.ndarray" or dtype != "uint8" or not isinstance(data, bytes):
+        raise RemoteProtocolError(f"'{key}' must be {shape}; got stype {stype!r}, dtype {dtype!r}")
+    payload = _npy_payload(data)
+    if payload is None or dims != (len(data) - payload,):
+        raise RemoteProtocolError(
+            f"'{key}' must be {shape}; its shape or npy header does not match its data"
+        )
+    return data[payload:]
+
+
+def _npy_payload(data: bytes) -> int | None:
+    """Where the payload of a 1-D uint8 array saved with ``np.save`` starts, or None if
+    ``data`` is not one (read from the npy header alone)."""
+    fp = io.BytesIO(data)
+    try:
+        version = np.lib.format.read_magic(fp)
+        if version == (1, 0):
+            dims, _, dtype = np.lib.format.read_array_header_1_0(fp)
+        elif version == (2, 0):
+            dims, _, dtype = np.lib.format.read_array_header_2_0(fp)
+        else:
+            return None
+    except Exception:  # a header numpy cannot read, whatever the reason, is the peer's fault
+        return None
+    start = fp.tell()
+    if dtype != np.dtype(np.uint8) or dims != (len(data) - start,):
+        return None
+    return start
+
+
+@dataclass(frozen=True)
+class TrainSpec:
+    """What the mod reads from the user's train replies and how it scales them.
+
+    ``max_weight`` W normalises the sample weights: partition k contributes
+    :math:`(w_k / W)(\\theta_k - \\theta)` and :math:`w_k / W`, so with ``clip_range`` c the
+    quantized entries stay within c as long as :math:`w_k \\le W` (a larger weight is refused
+    with advice) and :math:`|\\theta_k - \\theta| \\le c`.
+
+    Parameters
+    ----------
+    arrays_key, config_key, weight_key
+        Where the wrapped strategy puts the model and the train config, and which metric holds
+        the sample weight.
+    max_weight
+        W, the largest sample weight a partition may report.
+    metric_keys
+        Train metrics aggregated securely (weighted by the sample weights).
+    """
+
+    arrays_key: str = "arrays"
+    config_key: str = "config"
+    weight_key: str = "num-examples"
+    max_weight: float = 1000.0
+    metric_keys: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, str | float]:
+        """The entries of the :data:`TRAIN_KEY` config record."""
+        return {
+            "arrays-key": self.arrays_key,
+            "config-key": self.config_key,
+            "weight-key": self.weight_key,
+            "max-weight": float(self.max_weight),
+            "metric-keys": ",".join(self.metric_keys),
+        }
+
+    @classmethod
+    def from_dict(cls, entries: Mapping[str, object]) -> TrainSpec:
+        """Read what :meth:`to_dict` wrote.
+
+        Raises
+        ------
+        RemoteProtocolError
+            If an entry is missing or of the wrong type, or max-weight is not finite and > 0.
+        """
+        try:
+            keys = str(entries["metric-keys"])
+            spec = cls(
+                arrays_key=str(entries["arrays-key"]),
+                config_key=str(entries["config-key"]),
+                weight_key=str(entries["weight-key"]),
+                max_weight=float(entries["max-weight"]),  # type: ignore[arg-type]
+                metric_keys=tuple(k for k in keys.split(",") if k),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise RemoteProtocolError(f"malformed '{TRAIN_KEY}' record: {exc}") from None
+        if not (math.isfinite(spec.max_weight) and spec.max_weight > 0):
+            # every partition's weight is divided by it
+            raise RemoteProtocolError(
+                f"'{TRAIN_KEY}' record: max-weight must be finite and > 0, got {spec.max_weight}"
+            )
+        return spec

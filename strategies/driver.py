@@ -1,0 +1,326 @@
+"""The round driver of :class:`strategies.CodedSecAgg`: one run, from keys to the last round.
+
+``CodedSecAgg.start`` makes a :class:`strategies.run.RunState` (everything one run owns: the
+server machine, the silo <-> node maps, the reports) and a :class:`RoundDriver` that drives
+it; a second ``start`` makes new ones, so two runs never mix. Per round the driver
+
+1. renews keys where membership changed (:class:`strategies.membership.Membership`): new
+   nodes, nodes the SuperLink reactivated since their key, silos that refused with
+   ``NEEDS_KEYS``;
+2. pushes a train request to every silo and closes at the first max(n - s, U) uploads
+   (:meth:`RoundDriver.train_round`), asks those silos for their share sums, decodes the exact
+   sum and hands the weighted average to the wrapped strategy (:meth:`RoundDriver.apply`);
+3. runs the wrapped strategy's evaluation, and ``evaluate_fn``.
+
+A silo's reply that cannot be read or is refused makes that silo a straggler of the round
+(reported in :attr:`RoundReport.errors`); a round that cannot complete leaves the model as it
+was and says why.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import time
+from collections.abc import Callable
+
+from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
+from flwr.serverapp import Grid
+from flwr.serverapp.strategy import Result
+
+from coded_fl.errors import ConfigurationError, DecodingError
+from coded_fl.layout import flatten
+from coded_fl.secagg import RoundAborted, RoundResult
+from coded_fl.secagg.messages import RecoveryReply, Upload
+from coded_fl.vocabulary import MSG_KEY, TRAIN_KEY
+from strategies.exchange import Exchange
+from strategies.membership import Membership
+from strategies.records import keep_layout, message_record, unflatten
+from strategies.replies import feed, flower_message, late_reply
+from strategies.report import RoundReport
+from strategies.roster import RosterGrid
+from strategies.run import RunSettings, RunState
+
+__all__ = ["RoundDriver"]
+
+LOG = logging.getLogger("flwr")
+#: Above this weighted fraction of clipped update entries a round warns.
+CLIP_WARNING = 1e-3
+
+
+def _numbers(record: MetricRecord) -> dict[str, float]:
+    return {k: float(v) for k, v in record.items() if isinstance(v, (int, float))}
+
+
+def _log_final(result: Result, seconds: float) -> None:
+    """Flower's own closing lines (as ``Strategy.start`` prints them)."""
+    LOG.info("")
+    LOG.info("Strategy execution finished in %.2fs", seconds)
+    LOG.info("")
+    LOG.info("Final results:")
+    LOG.info("")
+    for line in io.StringIO(str(result)):
+        LOG.info("\t%s", line.strip("\n"))
+    LOG.info("")
+
+
+class RoundDriver:
+    """Drives one run of coded secure aggregation over ``grid`` (see the module docstring).
+
+    Parameters
+    ----------
+    settings
+        The wrapper's settings for this run.
+    grid
+        The Flower grid.
+    state
+        The run's state (the driver fills its reports).
+    """
+
+    def __init__(self, settings: RunSettings, grid: Grid, state: RunState) -> None:
+        self.settings = settings
+        self.grid = grid
+        self.state = state
+        self.exchange = Exchange(
+            grid,
+            poll_interval=settings.poll_interval,
+            on_late=lambda late, reply: late_reply(state, late, reply),
+        )
+        self.membership = Membership(grid, state, self.exchange, key_timeout=settings.key_timeout)
+
+    # ------------------------------------------------------------------ the run
+    def run(
+        self,
+        initial_arrays: ArrayRecord,
+        num_rounds: int,
+        train_config: ConfigRecord,
+        evaluate_config: ConfigRecord,
+        evaluate_fn: Callable[[int, ArrayRecord], MetricRecord | None] | None,
+    ) -> Result:
+        """Keys, then ``num_rounds`` rounds; returns Flower's ``Result`` of the run."""
+        st, ex = self.state, self.exchange
+        t_start = time.time()
+        self.membership.key_exchange(before_round=1)
+        result = Result(arrays=initial_arrays)
+        arrays = initial_arrays
+        if evaluate_fn:
+            res = evaluate_fn(0, arrays)
+            LOG.info("Initial global evaluation results: %s", res)
+            if res is not None:
+                result.evaluate_metrics_serverapp[0] = res
+        for r in range(1, num_rounds + 1):
+            LOG.info("")
+            LOG.info("[ROUND %s/%s]", r, num_rounds)
+            ex.poll()  # a restarted silo's refusal may come after its round closed
+            asked, rekeyed = self.membership.renew(r)
+            roster_grid = RosterGrid(self.grid, [st.node_of[i] for i in range(st.config.n)])
+            st.misconfigured.clear()
+            report = self.train_round(r, roster_grid, arrays, train_config)
+            if not report.ok:
+                self._stop_if_hopeless(report)
+            report.rekeyed = rekeyed
+            report.round_trips += int(asked)
+            if report.ok and report.arrays is not None:
+                arrays = report.arrays
+                result.arrays = arrays
+                if report.train_metrics is not None:
+                    LOG.info("\t└──> Aggregated MetricRecord: %s", report.train_metrics)
+                    result.train_metrics_clientapp[r] = report.train_metrics
+            ev = self.evaluate_round(r, roster_grid, arrays, evaluate_config)
+            if ev is not None:
+                LOG.info("\t└──> Aggregated MetricRecord: %s", ev)
+                result.evaluate_metrics_clientapp[r] = ev
+                report.evaluate_metrics = _numbers(ev)
+            if evaluate_fn:
+                LOG.info("Global evaluation")
+                res = evaluate_fn(r, arrays)
+                LOG.info("\t└──> MetricRecord: %s", res)
+                if res is not None:
+                    result.evaluate_metrics_serverapp[r] = res
+                    report.server_metrics = _numbers(res)
+            report.errors.update(st.late_errors.pop(r, {}))
+            st.reports.append(report)
+            self.settings.progress(report)
+        ex.drain(min(30.0, self.settings.round_timeout))
+        _log_final(result, time.time() - t_start)
+        return result
+
+    # ------------------------------------------------------------------ one round
+    def train_round(
+        self, r: int, roster_grid: RosterGrid, arrays: ArrayRecord, train_config: ConfigRecord
+    ) -> RoundReport:
+        """Train requests to every silo, the first max(n-s, U) uploads, recovery, the sum."""
+        st, machine, settings, ex = self.state, self.state.machine, self.settings, self.exchange
+        spec = settings.spec
+        t0 = time.monotonic()
+        report = RoundReport(round=r, ok=False, silos=st.config.n)
+        inner_msgs = list(
+            settings.strategy.configure_train(
+                r, arrays, ConfigRecord(dict(train_config.items())), roster_grid
+            )
+        )
+        if not inner_msgs:
+            report.reason = "the wrapped strategy configured no training (fraction_train=0?)"
+            report.seconds = time.monotonic() - t0
+            return report
+        content = inner_msgs[0].content
+        send_arrays = content.get(spec.arrays_key, arrays)
+        send_config = content[spec.config_key] if spec.config_key in content else ConfigRecord()
+        train_msgs = []
+        for req in machine.start_round(r):
+            rec = RecordDict(
+                {
+                    spec.arrays_key: send_arrays,
+                    spec.config_key: send_config,
+                    MSG_KEY: message_record(req),
+                    TRAIN_KEY: ConfigRecord(spec.to_dict()),  # type: ignore[arg-type]
+                }
+            )
+            train_msgs.append(
+                Message(
+                    content=rec,
+                    dst_node_id=st.node_of[req.recipient],
+                    message_type=MessageType.TRAIN,
+                )
+            )
+        ids = ex.push(train_msgs, stage="train", round_=r)
+        report.round_trips = 1
+        deadline = t0 + min(settings.round_timeout, st.limit)
+        extra_until: list[float] = []
+
+        def on_upload(node: int, reply: Message) -> bool:
+            feed(st, st.silo_of[node], reply, Upload, report.errors)
+            if machine.uploads_complete:
+                return True
+            if len(ids) - len(st.misconfigured) < st.config.min_uploads:
+                # too many silos refused because of a setting: no wait can complete the round
+                # (other failures may be transient, e.g. a node restarting: the round waits)
+                return True
+            if machine.uploads_ready and not extra_until:
+                extra_until.append(time.monotonic() + settings.extra_wait)
+            return bool(extra_until) and (
+                settings.extra_replies == 0 or time.monotonic() >= extra_until[0]
+            )
+
+        ex.collect(ids, on_upload, deadline=deadline)  # returns at the close or the deadline
+        report.close_seconds = time.monotonic() - t0
+        out = machine.close_collection()
+        if isinstance(out, RoundAborted):
+            return self._aborted(report, out, t0)
+        rec_msgs = [flower_message(st.node_of[q.recipient], q) for q in out]
+        rids = ex.push(rec_msgs, stage="recovery", round_=r)
+        report.round_trips = 2
+
+        def on_recovery(node: int, reply: Message) -> bool:
+            feed(st, st.silo_of[node], reply, RecoveryReply, report.errors, report.accused)
+            return machine.recovery_ready
+
+        ex.collect(rids, on_recovery, deadline=st.deadline(settings.recovery_timeout))
+        res = machine.finish()
+        if isinstance(res, RoundAborted):
+            return self._aborted(report, res, t0)
+        return self.apply(report, res, t0, arrays, train_msgs[0])
+
+    def apply(
+        self,
+        report: RoundReport,
+        res: RoundResult,
+        t0: float,
+        arrays: ArrayRecord,
+        template: Message,
+    ) -> RoundReport:
+        """Hand the decoded weighted average to the wrapped strategy's ``aggregate_train``."""
+        st, spec, inner = self.state, self.settings.spec, self.settings.strategy
+        report.replies_used = len(res.survivors)
+        report.stragglers = res.stragglers
+        report.responders = len(res.responders)
+        try:
+            decoded = st.layout.unpack(res.total, clip_range=st.config.clip_range)
+        except DecodingError as exc:
+            report.reason = str(exc)
+            report.seconds = time.monotonic() - t0
+            return report
+        theta = flatten(arrays)
+        new = unflatten(theta + decoded.mean_delta.to(theta.dtype), arrays)
+        report.total_weight = decoded.total_rho * spec.max_weight
+        report.clipped_fraction = decoded.clipped_fraction
+        if decoded.clipped_fraction > CLIP_WARNING:
+            LOG.warning(
+                "[coded-fl] round %d: %.3g%% of the update entries were clipped to clip_range=%g "
+                "(the aggregate differs from plain FedAvg there): raise clip_range or lower the "
+                "learning rate",
+                report.round,
+                100 * decoded.clipped_fraction,
+                st.config.clip_range,
+            )
+        metrics: dict[str, int | float | list[int] | list[float]] = {
+            spec.weight_key: report.total_weight,
+            **decoded.metrics,
+        }
+        reply = Message(
+            RecordDict({spec.arrays_key: new, "metrics": MetricRecord(metrics)}),
+            reply_to=template,
+        )
+        agg_arrays, agg_metrics = inner.aggregate_train(report.round, [reply])
+        if agg_arrays is None:
+            report.reason = f"the wrapped {type(inner).__name__}.aggregate_train returned no arrays"
+            report.seconds = time.monotonic() - t0
+            return report
+        report.ok = True
+        report.arrays = keep_layout(agg_arrays, arrays)
+        report.train_metrics = agg_metrics
+        report.metrics.update(decoded.metrics)
+        report.seconds = time.monotonic() - t0
+        return report
+
+    def _stop_if_hopeless(self, report: RoundReport) -> None:
+        """Stop the run when more silos refused the round because of a setting than a round can
+        spare: no round can complete until the setting changes (fewer such silos are only
+        stragglers; a silo cannot stop the run alone)."""
+        st = self.state
+        spare = st.config.n - st.config.min_uploads
+        if len(st.misconfigured) <= spare:
+            return
+        st.reports.append(report)
+        self.settings.progress(report)
+        silo, detail = sorted(st.misconfigured.items())[0]
+        raise ConfigurationError(
+            f"round {report.round} cannot complete: {len(st.misconfigured)} of {st.config.n} "
+            f"silos refused it because of a setting (a round can spare {spare}); silo {silo}: "
+            f"{detail}"
+        )
+
+    @staticmethod
+    def _aborted(report: RoundReport, res: RoundAborted, t0: float) -> RoundReport:
+        report.ok = False
+        errs = "; ".join(f"silo {s}: {e}" for s, e in sorted(report.errors.items())[:5])
+        report.reason = res.reason + (f" (errors: {errs})" if errs else "")
+        report.suspects = res.suspects
+        report.replies_used = len(res.survivors)
+        report.seconds = time.monotonic() - t0
+        return report
+
+    def evaluate_round(
+        self, r: int, roster_grid: RosterGrid, arrays: ArrayRecord, evaluate_config: ConfigRecord
+    ) -> MetricRecord | None:
+        """The wrapped strategy's evaluation of round ``r`` (waits for every sampled node or
+        the evaluation deadline)."""
+        inner = self.settings.strategy
+        msgs = list(
+            inner.configure_evaluate(
+                r, arrays, ConfigRecord(dict(evaluate_config.items())), roster_grid
+            )
+        )
+        if not msgs:
+            return None
+        replies: list[Message] = []
+        ids = self.exchange.push(msgs, stage="evaluate", round_=r)
+
+        def keep(node: int, reply: Message) -> bool:
+            replies.append(reply)
+            return False  # evaluation waits for every sampled node or its deadline
+
+        self.exchange.collect(
+            ids, keep, deadline=self.state.deadline(self.settings.evaluate_timeout)
+        )
+        return inner.aggregate_evaluate(r, replies)

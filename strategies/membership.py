@@ -1,0 +1,148 @@
+"""Keys and membership of a run: the key exchange, and its renewal before a round for the silos
+that need it (new or replacement nodes, nodes the SuperLink reactivated since their key, silos
+that refused with ``NEEDS_KEYS``). Keys are otherwise agreed once per run."""
+
+from __future__ import annotations
+
+import logging
+
+from flwr.app import Message
+from flwr.serverapp import Grid
+
+from coded_fl.errors import CodedFLError, ConfigurationError
+from coded_fl.secagg.messages import KeyReply
+from strategies.exchange import Exchange
+from strategies.replies import feed, flower_message
+from strategies.run import RunState
+
+__all__ = ["Membership"]
+
+LOG = logging.getLogger("flwr")
+
+
+class Membership:
+    """Which node is which silo, and which silos hold keys, for one run.
+
+    Parameters
+    ----------
+    grid
+        The Flower grid (nodes connected, their activation times).
+    state
+        The run (its node <-> silo maps, activation stamps and key exchanges are updated).
+    exchange
+        The run's message exchange.
+    key_timeout
+        Deadline of a key exchange, in seconds.
+    """
+
+    def __init__(
+        self, grid: Grid, state: RunState, exchange: Exchange, *, key_timeout: float
+    ) -> None:
+        self.grid = grid
+        self.state = state
+        self.exchange = exchange
+        self.key_timeout = key_timeout
+
+    def renew(self, before_round: int) -> tuple[bool, tuple[int, ...]]:
+        """Before a round: give a silo whose node left to a newly connected node, and rerun the
+        key exchange for the silos that need keys: new nodes, nodes the SuperLink reactivated
+        since they sent their key (a restarted SuperNode loses ``context.state``), and silos
+        that refused with ``NEEDS_KEYS``. Keys are otherwise agreed once per run.
+
+        Returns
+        -------
+        tuple[bool, tuple[int, ...]]
+            Whether a key exchange ran (a round trip), and the silos that got new keys.
+        """
+        st = self.state
+        connected = set(self.grid.get_node_ids())
+        spare = sorted(connected - set(st.node_of.values()))
+        todo = set(st.needs_keys)
+        now = self._activations()
+        for silo, node in st.node_of.items():
+            before, after = st.activated.get(node, ""), now.get(node, "")
+            if before and after and after != before:
+                todo.add(silo)
+        for silo, node in sorted(st.node_of.items()):
+            if node not in connected and spare:
+                new = spare.pop(0)
+                del st.silo_of[node]
+                st.node_of[silo], st.silo_of[new] = new, silo
+                todo.add(silo)
+                LOG.info("[coded-fl] silo %d moved from node %d to new node %d", silo, node, new)
+        if not todo:
+            return False, ()
+        try:
+            keyed = self.key_exchange(before_round=before_round, silos=sorted(todo))
+        except ConfigurationError as exc:  # the old keys stay; those silos remain stragglers
+            LOG.warning("[coded-fl] rekeying %s failed: %s", sorted(todo), exc)
+            return True, ()
+        if keyed:
+            LOG.info("[coded-fl] keys renewed for silo(s) %s", list(keyed))
+        return True, keyed
+
+    def _activations(self) -> dict[int, str]:
+        """node -> when the SuperLink last (re)activated it ("" where it does not say)."""
+        try:
+            infos = list(self.grid.get_nodes())
+        except Exception:  # a grid without get_nodes (older Flower, test doubles)
+            return {}
+        return {
+            int(i.node_id): str(getattr(i, "last_activated_at", "") or "")
+            for i in infos
+            if hasattr(i, "node_id")
+        }
+
+    def key_exchange(self, *, before_round: int, silos: list[int] | None = None) -> tuple[int, ...]:
+        """Ask ``silos`` (default all) for their public keys and fix the roster.
+
+        Returns
+        -------
+        tuple[int, ...]
+            The silos that sent a key.
+
+        Raises
+        ------
+        ConfigurationError
+            If too few silos would have keys for a round; names the silos and their replies.
+        """
+        st, machine = self.state, self.state.machine
+        errors: dict[int, str] = {}
+        stamps = self._activations()
+        requests = machine.start_key_exchange(silos)
+        asked = tuple(q.recipient for q in requests)
+        st.key_exchanges.append((before_round, asked))
+        msgs = [flower_message(st.node_of[q.recipient], q) for q in requests]
+        ids = self.exchange.push(msgs, stage="keys", round_=before_round - 1)
+
+        def on_reply(node: int, reply: Message) -> bool:
+            feed(st, st.silo_of[node], reply, KeyReply, errors)
+            return len(errors) + machine.keys_received >= len(ids)
+
+        self.exchange.collect(ids, on_reply, deadline=st.deadline(self.key_timeout))
+        try:
+            missing = machine.close_key_exchange()
+        except CodedFLError as exc:
+            detail = "; ".join(
+                f"silo {s} (node {st.node_of[s]}): {e}" for s, e in sorted(errors.items())
+            )
+            hint = (
+                " A silo that fails the key exchange usually runs a ClientApp without the "
+                "coded-fl mod: use ClientApp(mods=[clients.coded_secagg_mod])."
+                if errors
+                else ""
+            )
+            raise ConfigurationError(f"{exc}. Replies: {detail or 'none in time'}.{hint}") from None
+        for silo in asked:
+            if silo not in missing:  # keyed now: remember when its node was activated
+                st.needs_keys.discard(silo)
+                node = st.node_of[silo]
+                if node in stamps:
+                    st.activated[node] = stamps[node]
+        if missing:
+            LOG.warning(
+                "[coded-fl] key exchange: no key from silo(s) %s: %s",
+                list(missing),
+                {s: errors.get(s, "no reply in time") for s in missing},
+            )
+        return tuple(s for s in asked if s not in missing)

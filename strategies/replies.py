@@ -1,0 +1,167 @@
+"""How the server reads a silo's reply: hand it to the protocol machine, act on a typed refusal,
+or count the silo as a straggler of the stage; and what a late reply still tells.
+
+Every failure to read one silo's reply (a Flower error, a record that is not coded-fl's, a
+message that does not decode, one the machine refuses) is that silo's failure for the stage,
+recorded under its index; it never ends the run.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from flwr.app import Message, MessageType, RecordDict
+
+from coded_fl.errors import CodedFLError, RemoteProtocolError
+from coded_fl.secagg.messages import Limits, Refusal, RefusalCode
+from coded_fl.secagg.messages import Message as ProtocolMessage
+from coded_fl.vocabulary import MSG_KEY
+from strategies.exchange import LateReply
+from strategies.records import message_from, message_record
+from strategies.run import RunState
+
+__all__ = ["feed", "flower_message", "late_reply"]
+
+LOG = logging.getLogger("flwr")
+
+
+def flower_message(node: int, msg: ProtocolMessage) -> Message:
+    """A protocol message to ``node`` as a Flower train message.
+
+    Parameters
+    ----------
+    node
+        The destination node id.
+    msg
+        The protocol message.
+
+    Returns
+    -------
+    flwr.app.Message
+    """
+    return Message(
+        content=RecordDict({MSG_KEY: message_record(msg)}),
+        dst_node_id=node,
+        message_type=MessageType.TRAIN,
+    )
+
+
+def feed(
+    state: RunState,
+    silo: int,
+    reply: Message,
+    kind: type,
+    errors: dict[int, str],
+    accused: dict[int, str] | None = None,
+) -> None:
+    """Hand a silo's reply to the run's machine, or record why it was not.
+
+    Parameters
+    ----------
+    state
+        The run.
+    silo
+        The silo the reply came from (by its node).
+    reply
+        The Flower reply.
+    kind
+        The protocol message type the stage expects.
+    errors
+        Silo -> reason, for a reply that is an error, a refusal or refused.
+    accused
+        Silo -> accusation, filled from ``ACCUSES`` refusals (recovery stage).
+    """
+    if reply.has_error():
+        errors[silo] = str(reply.error.reason)
+        return
+    try:
+        # the type is read from the header first: a body is decoded only if the stage takes it,
+        # and within the limits of the run's configuration
+        msg = message_from(
+            reply.content, expect=(kind, Refusal), limits=Limits.for_config(state.config)
+        )
+        if msg is None:
+            raise RemoteProtocolError(
+                "replied without coded-fl content: add clients.coded_secagg_mod to its "
+                "ClientApp (ClientApp(mods=[coded_secagg_mod]))",
+                sender=silo,
+            )
+        if msg.sender != silo:
+            raise RemoteProtocolError(
+                f"sent {type(msg).__name__} as silo {msg.sender}", sender=silo
+            )
+        if isinstance(msg, Refusal):
+            _refused(state, msg, errors, accused)
+            return
+        state.machine.receive(msg)
+    except CodedFLError as exc:
+        errors[silo] = str(exc)
+        LOG.warning("[coded-fl] refused a reply from silo %d: %s", silo, exc)
+
+
+def _refused(
+    state: RunState, msg: Refusal, errors: dict[int, str], accused: dict[int, str] | None
+) -> None:
+    """Act on a typed refusal: rekey a silo without keys, record an accusation."""
+    silo = msg.sender
+    if msg.digest != state.config.digest:
+        raise RemoteProtocolError("refusal of a message of another session", sender=silo)
+    errors[silo] = msg.detail or msg.code.label
+    if msg.code == RefusalCode.NEEDS_KEYS:
+        state.needs_keys.add(silo)
+    elif msg.code == RefusalCode.MISCONFIGURED:
+        state.misconfigured[silo] = errors[silo]
+    elif (
+        msg.code == RefusalCode.ACCUSES
+        and accused is not None
+        and msg.accused is not None
+        and msg.accused != silo
+        and 0 <= msg.accused < state.config.n
+    ):
+        accused[msg.accused] = (
+            f"silo {silo} reports that the share silo {msg.accused} sealed for it failed "
+            "authentication (altered in transit or by its sender; the accusing silo could "
+            "also forge this)"
+        )
+        LOG.warning("[coded-fl] silo %d accuses silo %d", silo, msg.accused)
+
+
+def late_reply(state: RunState, late: LateReply, reply: Message) -> None:
+    """A reply that came after its stage closed: time-stamp a late upload, add a late error to
+    its round's report (:attr:`RoundReport.errors`), and mark for a rekey a silo whose late reply is a ``NEEDS_KEYS`` refusal (a late upload is not decoded:
+    its type is read from the header).
+
+    Parameters
+    ----------
+    state
+        The run.
+    late
+        The time-stamp of the reply.
+    reply
+        The late Flower reply.
+    """
+    if late.stage == "train":
+        state.late_train.setdefault(late.round, []).append(late.seconds)
+    silo = state.silo_of.get(late.node_id)
+    if silo is None:
+        return
+    if reply.has_error():
+        # the silo failed after the stage closed: its round's report still says why
+        state.late_errors.setdefault(late.round, {}).setdefault(
+            silo, f"after the {late.stage} stage closed: {late.reason}"
+        )
+        for report in state.reports:
+            if report.round == late.round:
+                report.errors.update(state.late_errors.pop(late.round))
+        return
+    try:  # one read: the header says the type, and only a refusal's body is decoded
+        msg = message_from(reply.content, expect=(Refusal,), limits=Limits.for_config(state.config))
+    except CodedFLError:
+        return  # a late upload, or a late reply that cannot be read, changes nothing
+    if (
+        isinstance(msg, Refusal)
+        and msg.sender == silo
+        and msg.code == RefusalCode.NEEDS_KEYS
+        and msg.digest == state.config.digest
+    ):
+        state.needs_keys.add(silo)

@@ -1,0 +1,133 @@
+"""What a run of :class:`strategies.CodedSecAgg` reports: one :class:`RoundReport` per round, and
+the estimate of how long the rounds would have taken waiting for every silo."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from flwr.app import ArrayRecord, MetricRecord
+
+__all__ = ["RoundReport", "waiting_estimate"]
+
+
+@dataclass
+class RoundReport:
+    """What happened in one round (also printed as the progress line, :meth:`line`).
+
+    Attributes
+    ----------
+    round, ok, reason
+        The round number, whether it completed, and why not if it did not.
+    silos, replies_used, stragglers, responders
+        n, the uploads decoded, the silos skipped, the silos that answered the recovery.
+    close_seconds, seconds
+        When the upload collection closed and when the round ended (from its start).
+    total_weight, clipped_fraction, metrics
+        The decoded total sample weight, the weighted fraction of clipped update entries, and
+        the securely aggregated train metrics.
+    evaluate_metrics, server_metrics
+        The wrapped strategy's aggregated client-side evaluation, and ``evaluate_fn``'s
+        server-side evaluation, as they are named (no prefix added).
+    errors
+        Silo -> why its reply was refused or what it refused.
+    suspects
+        Silos whose replies are inconsistent, when the protocol can tell.
+    accused
+        Silo -> what another silo reported about it (a share that failed authentication). The
+        accusing silo could forge this: it is a lead, not a proof.
+    round_trips
+        Protocol round trips in this round: a rekey (if any) + train/upload + recovery.
+    rekeyed
+        Silos that got new keys before this round (restarted or replaced nodes).
+    arrays, train_metrics
+        The wrapped strategy's aggregate of this round (None if the round was aborted).
+    """
+
+    round: int
+    ok: bool
+    reason: str = ""
+    silos: int = 0
+    replies_used: int = 0
+    stragglers: tuple[int, ...] = ()
+    responders: int = 0
+    close_seconds: float = 0.0
+    seconds: float = 0.0
+    total_weight: float = 0.0
+    clipped_fraction: float = 0.0
+    metrics: dict[str, float] = field(default_factory=dict)
+    evaluate_metrics: dict[str, float] = field(default_factory=dict)
+    server_metrics: dict[str, float] = field(default_factory=dict)
+    errors: dict[int, str] = field(default_factory=dict)
+    suspects: tuple[int, ...] = ()
+    accused: dict[int, str] = field(default_factory=dict)
+    round_trips: int = 0
+    rekeyed: tuple[int, ...] = ()
+    arrays: ArrayRecord | None = field(default=None, repr=False)
+    train_metrics: MetricRecord | None = field(default=None, repr=False)
+
+    def line(self) -> str:
+        """The round as one progress line (the accuracy shown is the server-side evaluation's
+        when there is one, else the clients' evaluation's, else a train metric's)."""
+        acc = next(
+            (
+                f"{k}={v:.4f}"
+                for found in (self.server_metrics, self.evaluate_metrics, self.metrics)
+                for k, v in found.items()
+                if "acc" in k
+            ),
+            "",
+        )
+        named = "".join(f"; silo {s} accused: {why}" for s, why in sorted(self.accused.items()))
+        rekeyed = f" (rekeyed silo(s) {list(self.rekeyed)})" if self.rekeyed else ""
+        if not self.ok:
+            return (
+                f"[coded-fl] round {self.round}: ABORTED after {self.seconds:.2f}s, model "
+                f"unchanged: {self.reason}{named}{rekeyed}"
+            )
+        return (
+            f"[coded-fl] round {self.round}: used {self.replies_used}/{self.silos} replies, "
+            f"skipped {len(self.stragglers)} straggler(s) {list(self.stragglers)}, closed at "
+            f"{self.close_seconds:.2f}s, round {self.seconds:.2f}s"
+            + (f", {acc}" if acc else "")
+            + (
+                f", clipped {100 * self.clipped_fraction:.3g}% of entries"
+                if self.clipped_fraction > 0
+                else ""
+            )
+            + f", {self.round_trips} round trips{rekeyed}{named}"
+        )
+
+
+def waiting_estimate(
+    reports: Sequence[RoundReport],
+    late_train: Mapping[int, Sequence[float]],
+    *,
+    round_timeout: float,
+) -> tuple[float, float]:
+    """(seconds the rounds took, seconds they would have taken waiting for every silo).
+
+    Parameters
+    ----------
+    reports
+        The run's round reports.
+    late_train
+        Round -> seconds (from the round's start) at which each late upload or late error
+        reply came.
+    round_timeout
+        What a straggler that never answered before the run ended counts, as it would for a
+        strategy that waits for everyone.
+
+    Returns
+    -------
+    tuple[float, float]
+    """
+    ours = sum(r.seconds for r in reports)
+    wait_all = 0.0
+    for r in reports:
+        late = late_train.get(r.round, [])
+        slowest = max([r.close_seconds, *late])
+        if len(late) < len(r.stragglers):
+            slowest = max(slowest, round_timeout)
+        wait_all += slowest + (r.seconds - r.close_seconds)
+    return ours, wait_all

@@ -1,0 +1,109 @@
+"""What one run of :class:`strategies.CodedSecAgg` owns: its settings and its state.
+
+``CodedSecAgg.start`` takes a :class:`RunSettings` snapshot of the wrapper's settings and makes
+a fresh :class:`RunState`; the round driver (:mod:`strategies.driver`), the membership and key
+renewal (:mod:`strategies.membership`) and the reply handling (:mod:`strategies.replies`) work
+on them. Nothing of a run lives on the wrapper, so two ``start`` calls never mix.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from flwr.serverapp.strategy import Strategy
+
+from coded_fl.layout import UpdateLayout
+from coded_fl.secagg import ProtocolConfig, ServerMachine
+from coded_fl.vocabulary import TrainSpec
+from strategies.report import RoundReport
+
+__all__ = ["RunSettings", "RunState"]
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """The wrapper's settings as one run uses them (taken when the run starts).
+
+    Parameters
+    ----------
+    strategy
+        The wrapped Flower strategy.
+    spec
+        What the silos read from the train replies (:class:`coded_fl.vocabulary.TrainSpec`).
+    extra_replies, extra_wait
+        Uploads to wait for beyond n - s, and for how long.
+    round_timeout, recovery_timeout, key_timeout, evaluate_timeout
+        Stage deadlines in seconds.
+    poll_interval
+        Seconds between pulls that brought nothing.
+    progress
+        Called with every :class:`RoundReport`.
+    """
+
+    strategy: Strategy
+    spec: TrainSpec
+    extra_replies: int
+    extra_wait: float
+    round_timeout: float
+    recovery_timeout: float
+    key_timeout: float
+    evaluate_timeout: float
+    poll_interval: float
+    progress: Callable[[RoundReport], None]
+
+
+@dataclass
+class RunState:
+    """Everything one run owns; made fresh by every ``CodedSecAgg.start``.
+
+    Attributes
+    ----------
+    config, layout, run_id
+        The public protocol configuration, the update-vector layout and the id the
+        session's training seeds and rounding keys derive from (``config.seed_id``).
+    machine
+        The server's protocol state machine.
+    node_of, silo_of
+        Silo index <-> Flower node id (a silo moves when its node is replaced).
+    limit
+        ``start``'s timeout, which caps every stage deadline.
+    reports
+        One :class:`RoundReport` per round.
+    late_train
+        Round -> seconds at which late uploads (or late error replies) came.
+    late_errors
+        Round -> silo -> why a reply that came after its stage closed failed, until the
+        round's report takes it (:attr:`RoundReport.errors`).
+    key_exchanges
+        (before round, silos asked) of every key exchange of the run.
+    activated
+        Node -> the SuperLink's ``last_activated_at`` when its key came.
+    needs_keys
+        Silos that refused with ``NEEDS_KEYS``: rekeyed before the next round.
+    misconfigured
+        Silo -> detail, for silos that refused the current round because of a setting.
+    """
+
+    config: ProtocolConfig
+    layout: UpdateLayout
+    run_id: str
+    machine: ServerMachine
+    node_of: dict[int, int]
+    limit: float
+    silo_of: dict[int, int] = field(default_factory=dict)
+    reports: list[RoundReport] = field(default_factory=list)
+    late_train: dict[int, list[float]] = field(default_factory=dict)
+    late_errors: dict[int, dict[int, str]] = field(default_factory=dict)
+    key_exchanges: list[tuple[int, tuple[int, ...]]] = field(default_factory=list)
+    activated: dict[int, str] = field(default_factory=dict)
+    needs_keys: set[int] = field(default_factory=set)
+    misconfigured: dict[int, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.silo_of = {node: silo for silo, node in self.node_of.items()}
+
+    def deadline(self, seconds: float) -> float:
+        """The monotonic time ``seconds`` from now, capped by the run's :attr:`limit`."""
+        return time.monotonic() + min(seconds, self.limit)
