@@ -154,7 +154,9 @@ class UpdateLayout:
             extras.append(rho * value * c / METRIC_BOUND)
         return torch.cat([flat, torch.tensor(extras, dtype=torch.float32)])
 
-    def unpack(self, total: torch.Tensor, *, clip_range: float) -> DecodedUpdate:
+    def unpack(
+        self, total: torch.Tensor, *, clip_range: float, erased: Sequence[int] = ()
+    ) -> DecodedUpdate:
         """Read a decoded, dequantized sum of packed vectors.
 
         Parameters
@@ -163,6 +165,11 @@ class UpdateLayout:
             The sum over every partition of :meth:`pack`'s vectors (float).
         clip_range
             The c the vectors were packed with.
+        erased
+            Coordinates that could not be decoded (replicas that disagreed): a model coordinate
+            gets no update (0 in ``total``), an erased metric is left out, an erased clip rate
+            reads as 0; the weight cannot be erased (it is exact in every replica, so an
+            erased weight means a broken silo).
 
         Returns
         -------
@@ -178,6 +185,12 @@ class UpdateLayout:
         if total.numel() != self.length:
             raise InputError(f"decoded vector has {total.numel()} values, expected {self.length}")
         d, c = self.model_size, float(clip_range)
+        gone = {int(i) for i in erased if int(i) >= d}
+        if d in gone:
+            raise DecodingError(
+                "the total weight could not be decoded (replicas disagree on a partition's "
+                "num-examples, which every replica computes exactly: a broken silo)"
+            )
         total_rho = float(total[d]) / c
         if not total_rho > 0:
             raise DecodingError(
@@ -186,6 +199,7 @@ class UpdateLayout:
         metrics = {
             name: float(total[d + 2 + j]) * METRIC_BOUND / c / total_rho
             for j, name in enumerate(self.metric_keys)
+            if d + 2 + j not in gone
         }
         return DecodedUpdate(
             mean_delta=total[:d] / total_rho,

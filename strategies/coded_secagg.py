@@ -70,6 +70,17 @@ class CodedSecAgg(Strategy):
     extra_replies, extra_wait
         Wait up to ``extra_wait`` seconds for ``extra_replies`` uploads beyond n - s, to check
         that replicas agree (1 detects, 2 names the silo).
+    headroom_bits
+        Bits left free above the largest true sum when ``scale`` is unset. Without extra
+        replies the range check is what catches a coordinate where replicas of a partition
+        disagree (different CPUs, thread counts, GPU vs CPU); it misses one with probability
+        about 2^-headroom_bits, and more headroom also makes replicas disagree less often
+        (a coarser quantization step).
+    max_erased_fraction
+        Coordinates where replicas disagree beyond what the parity checks correct are erased
+        (no update there this round); a round that would erase more than this fraction is
+        aborted, naming the silos located as off (a broken or malicious silo, not float
+        noise).
     round_timeout, recovery_timeout, key_timeout, node_wait_timeout, evaluate_timeout
         Deadlines (seconds) of the stages; nothing waits longer.
     progress
@@ -92,6 +103,7 @@ class CodedSecAgg(Strategy):
         extra_replies: int = 0,
         extra_wait: float = 2.0,
         headroom_bits: int = 8,
+        max_erased_fraction: float = 0.01,
         round_timeout: float = 600.0,
         recovery_timeout: float = 60.0,
         key_timeout: float = 120.0,
@@ -115,6 +127,10 @@ class CodedSecAgg(Strategy):
         ):
             if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
                 raise ConfigurationError(f"{name} must be a finite number >= 0, got {value!r}")
+        if not (isinstance(max_erased_fraction, (int, float)) and 0 <= max_erased_fraction < 1):
+            raise ConfigurationError(
+                f"max_erased_fraction must be a number in [0, 1), got {max_erased_fraction!r}"
+            )
         if not (isinstance(max_weight, (int, float)) and max_weight > 0):
             raise ConfigurationError(f"max_weight must be > 0, got {max_weight!r}")
         self.strategy = strategy
@@ -128,6 +144,7 @@ class CodedSecAgg(Strategy):
         self.extra_replies = extra_replies
         self.extra_wait = float(extra_wait)
         self.headroom_bits = headroom_bits
+        self.max_erased_fraction = float(max_erased_fraction)
         self.round_timeout = float(round_timeout)
         self.recovery_timeout = float(recovery_timeout)
         self.key_timeout = float(key_timeout)
@@ -340,7 +357,7 @@ class CodedSecAgg(Strategy):
             config=cfg,
             layout=lay,
             run_id=cfg.seed_id,
-            machine=ServerMachine(cfg),
+            machine=ServerMachine(cfg, max_erased_fraction=self.max_erased_fraction),
             node_of=dict(enumerate(nodes)),
             limit=float(timeout),
         )

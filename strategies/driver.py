@@ -234,8 +234,14 @@ class RoundDriver:
         report.replies_used = len(res.survivors)
         report.stragglers = res.stragglers
         report.responders = len(res.responders)
+        report.disagreeing, report.corrected = res.disagreeing, res.corrected
+        report.erased, report.off_silos = int(res.erased.numel()), dict(res.located)
+        report.suspects = tuple(sorted(res.located))
+        _warn_disagreement(report, st.layout.length)
         try:
-            decoded = st.layout.unpack(res.total, clip_range=st.config.clip_range)
+            decoded = st.layout.unpack(
+                res.total, clip_range=st.config.clip_range, erased=res.erased.tolist()
+            )
         except DecodingError as exc:
             report.reason = str(exc)
             report.seconds = time.monotonic() - t0
@@ -324,3 +330,30 @@ class RoundDriver:
             ids, keep, deadline=self.state.deadline(self.settings.evaluate_timeout)
         )
         return inner.aggregate_evaluate(r, replies)
+
+
+#: Erased or disagreeing coordinates (fraction of the round's) above which the causes are named.
+DISAGREEMENT_WARNING = 1e-3
+
+
+def _warn_disagreement(report: RoundReport, length: int) -> None:
+    """Name the likely causes when replicas of partitions disagree at many coordinates."""
+    if max(report.erased, report.disagreeing) <= DISAGREEMENT_WARNING * length:
+        return
+    top = sorted(report.off_silos.items(), key=lambda kv: (-kv[1], kv[0]))[:3]
+    LOG.warning(
+        "[coded-fl] round %d: replicas of a partition disagree at %d of %d coordinates "
+        "(%d corrected, %d erased%s). Silos that hold the same partition train it to different "
+        "bits when their machines differ: torch thread counts, CPU instruction sets "
+        "(ATEN_CPU_CAPABILITY), GPU vs CPU, nondeterministic kernels, or a train function that "
+        "is not deterministic given the seeds the mod sets. Run training under "
+        "coded_fl.determinism.deterministic_torch(), give the sites the same thread count, "
+        "raise headroom_bits (fewer disagreements), add extra_replies (corrects them), or use "
+        "code='repetition' (never mixes replicas)",
+        report.round,
+        max(report.disagreeing, report.erased),
+        length,
+        report.corrected,
+        report.erased,
+        f"; most off: {', '.join(f'silo {s} ({c})' for s, c in top)}" if top else "",
+    )

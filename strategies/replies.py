@@ -128,8 +128,9 @@ def _refused(
 
 def late_reply(state: RunState, late: LateReply, reply: Message) -> None:
     """A reply that came after its stage closed: time-stamp a late upload, add a late error to
-    its round's report (:attr:`RoundReport.errors`), and mark for a rekey a silo whose late reply is a ``NEEDS_KEYS`` refusal (a late upload is not decoded:
-    its type is read from the header).
+    its round's report (:attr:`RoundReport.errors`), and mark for a rekey a silo whose late
+    reply is a ``NEEDS_KEYS`` refusal (a late upload is not decoded: its type is read from the
+    header).
 
     Parameters
     ----------

@@ -36,6 +36,13 @@ class RoundReport:
     accused
         Silo -> what another silo reported about it (a share that failed authentication). The
         accusing silo could forge this: it is a lead, not a proof.
+    disagreeing, corrected, erased
+        Coordinates where replicas of a partition disagreed (failed parity checks), those
+        corrected, and those erased (no update there this round): sites whose machines differ
+        make replicas differ in the last bits (``docs/protocol.md``).
+    off_silos
+        Silo -> coordinates where its reply was located as off (corrected or not); the silos
+        whose replicas disagree most.
     round_trips
         Protocol round trips in this round: a rekey (if any) + train/upload + recovery.
     rekeyed
@@ -61,6 +68,10 @@ class RoundReport:
     errors: dict[int, str] = field(default_factory=dict)
     suspects: tuple[int, ...] = ()
     accused: dict[int, str] = field(default_factory=dict)
+    disagreeing: int = 0
+    corrected: int = 0
+    erased: int = 0
+    off_silos: dict[int, int] = field(default_factory=dict)
     round_trips: int = 0
     rekeyed: tuple[int, ...] = ()
     arrays: ArrayRecord | None = field(default=None, repr=False)
@@ -95,7 +106,18 @@ class RoundReport:
                 if self.clipped_fraction > 0
                 else ""
             )
+            + self._replicas()
             + f", {self.round_trips} round trips{rekeyed}{named}"
+        )
+
+    def _replicas(self) -> str:
+        if not (self.disagreeing or self.erased):
+            return ""
+        top = sorted(self.off_silos.items(), key=lambda kv: (-kv[1], kv[0]))[:3]
+        most = f" (most off: {', '.join(f'silo {s}: {c}' for s, c in top)})" if top else ""
+        return (
+            f", replicas disagree: {self.disagreeing} checked coordinate(s) failed, "
+            f"{self.corrected} corrected, {self.erased} erased{most}"
         )
 
 

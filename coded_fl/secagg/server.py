@@ -32,9 +32,14 @@ from enum import Enum
 import numpy as np
 import torch
 
-from coded_fl.codes.consistency import locate
+from coded_fl.codes.resolve import resolve
 from coded_fl.crypto import SEAL_OVERHEAD, check_public_key
-from coded_fl.errors import DecodingError, LocalProtocolError, RemoteProtocolError
+from coded_fl.errors import (
+    ConfigurationError,
+    DecodingError,
+    LocalProtocolError,
+    RemoteProtocolError,
+)
 from coded_fl.quantize import dequantize
 from coded_fl.secagg.config import ProtocolConfig
 from coded_fl.secagg.messages import (
@@ -62,7 +67,9 @@ class ServerStage(str, Enum):
 
 @dataclass(frozen=True, eq=False)
 class RoundResult:
-    """A completed round: the exact sum over all K partitions of the quantized updates."""
+    """A completed round: the sum over all K partitions of the quantized updates, each
+    coordinate the sum of some replica's values per partition, or erased (0) where replicas
+    disagreed beyond what the parity checks could correct (see :mod:`coded_fl.codes.resolve`)."""
 
     round: int
     total: torch.Tensor  # float64, sum_k q(g_k) / scale
@@ -70,7 +77,11 @@ class RoundResult:
     survivors: tuple[int, ...]
     responders: tuple[int, ...]
     stragglers: tuple[int, ...]
-    checks: int  # parity checks that passed (extra uploads beyond n - s)
+    checks: int  # parity checks applied (extra uploads beyond n - s)
+    disagreeing: int = 0  # coordinates whose parity checks failed (replicas differ there)
+    corrected: int = 0  # of those, the ones whose error was located and removed
+    erased: torch.Tensor = field(default_factory=lambda: torch.zeros(0, dtype=torch.int64))
+    located: dict[int, int] = field(default_factory=dict)  # silo -> coordinates it was off
 
 
 @dataclass(frozen=True)
@@ -99,10 +110,21 @@ class ServerMachine:
     ----------
     config
         The public protocol configuration of the run.
+    max_erased_fraction
+        The largest fraction of a round's coordinates that may be erased (replicas that
+        disagree beyond correction), and at which one silo's replies may be located as off;
+        above it the round is aborted, naming the silos located as off. Float noise between
+        sites stays far below (``docs/protocol.md``); a broken or malicious silo goes far
+        above.
     """
 
-    def __init__(self, config: ProtocolConfig) -> None:
+    def __init__(self, config: ProtocolConfig, *, max_erased_fraction: float = 0.01) -> None:
+        if not 0.0 <= max_erased_fraction < 1.0:
+            raise ConfigurationError(
+                f"max_erased_fraction must be in [0, 1), got {max_erased_fraction!r}"
+            )
         self.config = config
+        self.max_erased_fraction = max_erased_fraction
         self.stage = ServerStage.INIT
         self.roster: dict[int, bytes] = {}
         self._pending_keys: dict[int, bytes] = {}
@@ -346,33 +368,58 @@ class ServerMachine:
         masks = cfg.sharing.decode(rnd.replies)  # (R, d): sum_i w_i z_i per row
         masked = F.matmul(weights, [rnd.uploads[i].masked for i in rnd.survivors])
         sums = F.sub(masked, masks)  # row 0: sum_k q(g_k); rows 1..: parity checks
-        if sums.shape[0] > 1 and bool((sums[1:] != 0).any()):
-            # name one silo, and only when it alone explains every failed check (needs e >= 2)
-            found = locate(F, weights[1:], sums[1:], radius=1)
-            located = found.sets[0] if len(found.sets) == 1 else ()
-            suspects = tuple(rnd.survivors[i] for i in located)
+        e = sums.shape[0] - 1
+        quant = cfg.quantization
+        res = resolve(F, weights, sums, bound=quant.num_summands * quant.max_abs, radius=e // 2)
+        located = {rnd.survivors[i]: c for i, c in res.located.items()}
+        erased = int(res.erased.numel())
+        limit = self.max_erased_fraction * res.value.numel()
+        broken = tuple(sorted(i for i, c in located.items() if c > limit))
+        if broken:
+            # correction assumes at most e // 2 off replies per coordinate; a silo off at more
+            # coordinates than float noise ever makes uses that budget everywhere, so another
+            # silo's noise at the same coordinate would go beyond what the checks guarantee
+            return self._abort(
+                f"silo(s) {list(broken)} sent replies off at "
+                f"{', '.join(str(located[i]) for i in broken)} of {res.value.numel()} "
+                f"coordinates, more than max_erased_fraction={self.max_erased_fraction:g} "
+                "allows for replicas that differ by float noise: a broken or malicious silo; "
+                "the aggregate was not applied",
+                suspects=broken,
+            )
+        if erased > limit:
+            top = max(located.values(), default=0)
+            suspects = tuple(sorted(i for i, c in located.items() if c == top and c > 0))
             named = (
-                f"; suspect silo(s) {list(suspects)}"
+                f"; suspect silo(s) {list(suspects)} (located at {top} of them)"
                 if suspects
-                else ("; add extra replies (>= 2) to name the silo" if sums.shape[0] == 2 else "")
+                else (
+                    "; add extra replies (>= 2) to locate the silo"
+                    if e < 2
+                    else "; no silo could be located"
+                )
             )
             return self._abort(
-                "replicas of a partition disagree: the replies are inconsistent, "
-                f"so the sum would be wrong{named}",
+                f"replicas of a partition disagree beyond float noise: the aggregate is corrupt "
+                f"at {erased} of {res.value.numel()} coordinates ({res.disagreeing} failed the "
+                f"parity checks, {res.out_of_range} were outside the range of a true sum), more "
+                f"than max_erased_fraction={self.max_erased_fraction:g} allows; it was not "
+                f"applied{named}",
                 suspects=suspects,
             )
-        try:
-            total = dequantize(sums[0], cfg.quantization, F)
-        except DecodingError as exc:
-            return self._abort(str(exc))
+        total = dequantize(res.value, quant, F, check_range=False)  # out of range: erased
         result = RoundResult(
             round=rnd.number,
             total=total,
-            aggregate=sums[0],
+            aggregate=res.value,
             survivors=rnd.survivors,
             responders=tuple(sorted(rnd.replies)),
             stragglers=tuple(s for s in sorted(self.roster) if s not in rnd.uploads),
-            checks=sums.shape[0] - 1,
+            checks=e,
+            disagreeing=res.disagreeing,
+            corrected=res.corrected,
+            erased=res.erased,
+            located=located,
         )
         self._round = None
         self.stage = ServerStage.READY

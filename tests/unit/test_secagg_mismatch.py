@@ -39,10 +39,83 @@ def test_one_extra_reply_detects_but_cannot_name():
 
 
 def test_two_extra_replies_name_the_silo():
+    # one silo off at every coordinate: the two parity checks locate it on each one; a silo
+    # off far beyond float noise is a broken one, and the round is refused with it named
     for bad in (0, 2, 5):
         _cfg, _h, out = run(extra=2, bad=bad)
         assert isinstance(out.result, RoundAborted)
         assert out.result.suspects == (bad,), out.result.reason
+
+
+def test_two_extra_replies_correct_a_silo_off_at_a_few_coordinates():
+    cfg = ProtocolConfig(
+        num_silos=8,
+        num_stragglers=3,
+        privacy_threshold=1,
+        recovery_threshold=5,
+        vector_length=2000,
+        extra_replies=2,
+    )
+
+    def noise(partition: int, g: torch.Tensor) -> torch.Tensor:
+        g = g.clone()
+        g[[7, 1500]] += 3.0 / cfg.quantization.scale
+        return g
+
+    h = Harness(cfg, seed=11)
+    h.setup()
+    out = h.run_round(1, {2: Silo(tamper=noise)})
+    assert isinstance(out.result, RoundResult), out.result.reason
+    assert out.result.located == {2: 2} and out.result.corrected == 2
+    assert out.result.disagreeing == 2 and out.result.erased.numel() == 0
+    assert torch.equal(cfg.field.to_signed(out.result.aggregate), h.expected_total(1))
+
+
+def test_two_silos_off_everywhere_with_two_checks_are_detected_and_the_round_refused():
+    cfg = ProtocolConfig(
+        num_silos=8,
+        num_stragglers=3,
+        privacy_threshold=1,
+        recovery_threshold=5,
+        vector_length=64,
+        extra_replies=2,
+    )
+    h = Harness(cfg, seed=11)
+    h.setup()
+    out = h.run_round(1, {1: Silo(tamper=tamper), 4: Silo(tamper=tamper)})
+    # two off replies per coordinate are beyond the radius (1): detected, not corrected, erased
+    # everywhere, so the round is refused and the model left as it was
+    assert isinstance(out.result, RoundAborted)
+    assert "corrupt at 64 of 64" in out.result.reason
+
+
+def test_float_noise_at_a_few_coordinates_is_erased_and_the_round_completes():
+    cfg = ProtocolConfig(
+        num_silos=8, num_stragglers=3, privacy_threshold=1, recovery_threshold=5, vector_length=2000
+    )
+    scale = cfg.quantization.scale
+
+    def noise(partition: int, g: torch.Tensor) -> torch.Tensor:  # another CPU: last bits
+        g = g.clone()
+        g[[5, 900]] += 1.0 / scale  # one quantization step on two coordinates
+        return g
+
+    h = Harness(cfg, seed=5)
+    h.setup()
+    out = h.run_round(1, {3: Silo(tamper=noise)})
+    assert isinstance(out.result, RoundResult), out.result.reason
+    # without checks the range check is the guard: each mixed coordinate is a public field
+    # element gamma away from the truth; erased when outside the range (probability
+    # 1 - 2^-headroom_bits over the configuration), kept and exact everywhere else
+    erased = out.result.erased.tolist()
+    assert 3 in out.result.survivors and erased == [5, 900]  # this seed: gamma out of range
+    expect = h.expected_total(1)
+    expect[erased] = 0
+    got = cfg.field.to_signed(out.result.aggregate)
+    assert torch.equal(
+        got[[t for t in range(2000) if t not in (5, 900)]],
+        expect[[t for t in range(2000) if t not in (5, 900)]],
+    )
 
 
 def test_consistent_replicas_pass_the_checks():
