@@ -224,9 +224,18 @@ def measure(
             inits[model] = _flat(net)
         settings = {name: _run_setting(name, tmp, ns, timeout) for name in SETTINGS}
         rows = []
+        pairwise: dict[str, dict[str, int]] = {}
         for model in ns.models:
             for ep in ns.epochs:
                 for k in ns.partitions:
+                    flats = {
+                        n: torch.load(tmp / f"{n}-{model}-{ep}-{k}.pt")["flat"] for n in SETTINGS
+                    }
+                    pairwise[f"{model}/{ep}/{k}"] = {
+                        f"{a}|{b}": int((flats[a] != flats[b]).sum())
+                        for i, a in enumerate(SETTINGS)
+                        for b in list(SETTINGS)[i + 1 :]
+                    }
                     ref = torch.load(tmp / f"ref-{model}-{ep}-{k}.pt")
                     for name in SETTINGS:
                         if name == "ref":
@@ -270,6 +279,8 @@ def measure(
             for name, info in settings.items()
         },
         "rows": rows,
+        #: float32 parameters that differ between every two settings ("model/epochs/partition")
+        "pairwise_params_differ": pairwise,
         "seconds": time.perf_counter() - t_start,
     }
 
