@@ -6,6 +6,7 @@ T colluding silos tolerated, U survivors needed to unmask, p the prime modulus (
 whose reply arrived, a the decoding vector with a^T B_S = 1^T.
 """
 
+from coded_fl.determinism import deterministic_torch, torch_threads
 from coded_fl.errors import (
     CodedFLError,
     ConfigurationError,
@@ -43,10 +44,12 @@ __all__ = [
     "RoundingKey",
     "check_modulus",
     "dequantize",
+    "deterministic_torch",
     "encode_upload",
     "expand_field_elements",
     "fresh_seed",
     "is_prime",
     "quantize",
     "stochastic_round",
+    "torch_threads",
 ]

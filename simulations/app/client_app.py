@@ -9,10 +9,13 @@ from flwr.clientapp import ClientApp
 from clients import coded_secagg_mod
 from clients.mod import partition_seed
 from simulations.app.faults import fault_injection_mod
+from simulations.app.silo_torch import silo_torch_mod
 from simulations.app.task import Net, load_partition, test, train
 
 torch.set_num_threads(1)
-app = ClientApp(mods=[fault_injection_mod, coded_secagg_mod])
+# silo_torch_mod applies the run config's threads-per-silo / deterministic (see its module);
+# it sits outside coded_secagg_mod, which is the one place that knows the silo's own index
+app = ClientApp(mods=[fault_injection_mod, silo_torch_mod, coded_secagg_mod])
 
 
 def _fit(msg: Message, context: Context, seed: int) -> Message:

@@ -226,8 +226,16 @@ class Deployment:
         rows = known + [asdict(p) for p in self.procs.values()]
         path.write_text(json.dumps(rows, indent=1) + "\n")
 
-    def spawn(self, name: str, cmd: Sequence[str], *, netns: str | None = None) -> Proc:
-        """Start ``cmd`` in its own session (optionally inside ``netns``), logging to a file."""
+    def spawn(
+        self,
+        name: str,
+        cmd: Sequence[str],
+        *,
+        netns: str | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> Proc:
+        """Start ``cmd`` in its own session (optionally inside ``netns``), logging to a file;
+        ``env`` adds to (and overrides) the deployment's environment for this process only."""
         if name in self.procs and self.alive(name):
             raise DeploymentError(f"{name} is already running (pid {self.procs[name].pid})")
         full = in_netns(netns) + list(cmd)
@@ -240,7 +248,7 @@ class Deployment:
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
-                env=self.env(),
+                env={**self.env(), **(env or {})},
                 cwd=self.run_dir,
                 start_new_session=True,
             )
@@ -446,11 +454,14 @@ class Deployment:
         extra: Sequence[str] = (),
         wait: bool = True,
         timeout: float = 60.0,
+        env: Mapping[str, str] | None = None,
     ) -> Proc:
         """Start ``flower-supernode`` ``name`` with its node config.
 
         ``tls``/``key`` default to the deployment's settings; pass False to start a node
-        without TLS or without an authentication key (the refusal tests do).
+        without TLS or without an authentication key (the refusal tests do). ``env`` is this
+        node's own environment on top of the deployment's (e.g. ``ATEN_CPU_CAPABILITY``,
+        ``OMP_NUM_THREADS``: a site whose CPU kernels differ, for the heterogeneity bed).
         """
         tls = self.tls if tls is None else tls
         key = self.auth if key is None else key
@@ -470,7 +481,7 @@ class Deployment:
             cmd += ["--auth-supernode-private-key", str(self.node_key(name)[0])]
         cmd += list(extra)
         since = self.log_size(name) if name in self.procs else 0
-        proc = self.spawn(name, cmd, netns=netns)
+        proc = self.spawn(name, cmd, netns=netns, env=env)
         if wait:
             self.wait_log(name, r"SuperNode ID: \d+", timeout=timeout, since=since)
         return proc

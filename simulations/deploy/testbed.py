@@ -73,6 +73,9 @@ class Site:
     reset: float = 0.0
     rate: float = 0.0  # tbf on the site's veth (kernel), 0: unlimited
     node_config: dict[str, object] = field(default_factory=dict)
+    #: the site's SuperNode environment on top of the bed's, e.g. {"ATEN_CPU_CAPABILITY":
+    #: "avx2", "OMP_NUM_THREADS": "2"}: a site whose replicas differ (issue 12)
+    env: dict[str, str] = field(default_factory=dict)
 
 
 def _ip(*args: str, check: bool = True, timeout: float = 20.0) -> subprocess.CompletedProcess:
@@ -323,6 +326,7 @@ class TestBed:
     ) -> Proc:
         """Start site ``k``'s SuperNode (through its proxy); ``kwargs`` go to
         :meth:`Deployment.start_supernode` (tls=False, key=False, extra=... for the refusals)."""
+        kwargs.setdefault("env", self.sites[k].env)
         return self.dep.start_supernode(
             name or f"site{k}",
             self.node_config(k, node_config),
