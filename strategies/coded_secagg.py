@@ -102,7 +102,7 @@ class CodedSecAgg(Strategy):
         code: str = "auto",
         extra_replies: int = 0,
         extra_wait: float = 2.0,
-        headroom_bits: int = 8,
+        headroom_bits: int = 12,
         max_erased_fraction: float = 0.01,
         round_timeout: float = 600.0,
         recovery_timeout: float = 60.0,

@@ -55,6 +55,9 @@ class ProtocolConfig:
         the survivor set, so a given (survivor set, silo, partition) lets it through with
         probability about 2^-headroom_bits over the configuration, for every coordinate at
         once (``docs/protocol.md``, "Replicas that disagree"); extra replies check exactly.
+        More headroom also makes replicas on different machines disagree less often (a
+        coarser step: the count falls linearly with it). Default 12: at most 2^-12, and 0-1
+        disagreeing coordinates per replica of the main job after 2 epochs (2 at 8).
     run_id
         Public identifier of the run: seeds and stochastic rounding derive from it (so a run
         can be repeated exactly).
@@ -73,7 +76,7 @@ class ProtocolConfig:
     num_partitions: int | None = None
     code: str = "auto"
     extra_replies: int = 0
-    headroom_bits: int = 8
+    headroom_bits: int = 12
     p: int = 2**31 - 1
     run_id: str = "run"
     session: str = ""

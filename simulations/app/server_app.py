@@ -78,6 +78,16 @@ def _plain_fedavg(  # type: ignore[no-untyped-def]
     return arrays, sum(times), times
 
 
+def _replica_line(reports: list[RoundReport]) -> str:
+    """How much replicas of partitions disagreed over the run (sites whose machines differ)."""
+    done = [r for r in reports if r.ok]
+    return (
+        f"replicas: {sum(r.disagreeing for r in done)} checked coordinate(s) disagreed, "
+        f"{sum(r.corrected for r in done)} corrected, {sum(r.erased for r in done)} erased "
+        f"over {len(done)} completed round(s)"
+    )
+
+
 @app.main()
 def main(grid: Grid, context: Context) -> None:
     rc = context.run_config
@@ -105,6 +115,9 @@ def main(grid: Grid, context: Context) -> None:
         max_weight=float(rc["max-weight"]),
         metric_keys=("train_loss",),
         extra_replies=int(rc["extra-replies"]),
+        code=str(rc.get("code", "auto")),
+        headroom_bits=int(rc.get("headroom-bits", 12)),
+        max_erased_fraction=float(rc.get("max-erased-fraction", 0.01)),
         round_timeout=float(rc["round-timeout"]),
         progress=progress,
     )
@@ -127,6 +140,7 @@ def main(grid: Grid, context: Context) -> None:
         "==================== coded-fl summary ====================",
         f"coded secure aggregation: {completed}/{rounds} rounds completed, final accuracy "
         f"{ours_acc:.4f}, {ours_seconds:.1f}s in all",
+        _replica_line(strategy.reports),
     ]
     if plain_mode == "flower":
         t1 = time.monotonic()

@@ -21,16 +21,28 @@ from coded_fl.secagg.harness import Harness, Silo
 
 
 def exact_view_distribution(
-    cfg: ProtocolConfig, q: np.ndarray, survivors: list[int], colluder: int | None
+    cfg: ProtocolConfig,
+    q: np.ndarray,
+    survivors: list[int],
+    colluder: int | None,
+    *,
+    off: dict[int, int] | None = None,
 ) -> dict[tuple[int, ...], int]:
     """q: (K,) quantized partition values (d = 1). Enumerates every (mask, noise) stream of every
     silo, except the colluder's, which is fixed: the colluder knows it, and equal distributions
-    for every fixed value of it mean equal distributions overall."""
+    for every fixed value of it mean equal distributions overall. ``off``: silo -> how far its
+    replica of its first partition is from the others' (replicas that are not bit-identical);
+    with more survivors than n - s the recovery also answers the parity rows."""
     p, n = cfg.p, cfg.n
     code, ms = cfg.gradient_code, cfg.sharing
     u = ms.U
     c = code.matrix.astype(np.int64) @ q % p  # c_i = sum_k B_ik q_k
-    a = np.asarray(code.decoding_vector(survivors), dtype=np.int64)
+    for i, delta in (off or {}).items():
+        c[i] = (c[i] + int(code.matrix[i, code.support(i)[0]]) * delta) % p
+    rows = np.vstack(
+        [np.asarray(code.decoding_vector(survivors), dtype=np.int64)[None, :]]
+        + ([code.parity_checks(survivors)] if len(survivors) > n - cfg.s else [])
+    )
     free = [i for i in range(n) if i != colluder]
     grid = np.indices((p,) * (len(free) * u)).reshape(len(free) * u, -1).T
     pieces = np.zeros((grid.shape[0], n, u), dtype=np.int64)  # silo i: [z_i, noise...]
@@ -39,7 +51,8 @@ def exact_view_distribution(
         pieces[:, colluder, :] = np.arange(3, 3 + u) % p
     shares = pieces @ ms.encoding_matrix.T % p  # shares[:, i, j]: silo i's share for silo j
     y = (c[None, :] + pieces[:, :, 0]) % p  # every upload, stragglers' late ones included
-    agg = np.einsum("i,nij->nj", a, shares[:, survivors, :][:, :, survivors]) % p
+    agg = np.einsum("ri,nij->nrj", rows, shares[:, survivors, :][:, :, survivors]) % p
+    agg = agg.reshape(agg.shape[0], -1)  # every survivor's answer to every weight row
     parts = [y, agg]
     if colluder is not None:
         parts.append(shares[:, :, colluder])  # all shares the colluder received
@@ -63,6 +76,31 @@ def test_exact_view_is_identical_for_inputs_with_the_same_sum():
     v1 = exact_view_distribution(cfg, same_a, [0, 1], None)
     assert v1 == exact_view_distribution(cfg, same_b, [0, 1], None)  # exactly the same
     assert v1 != exact_view_distribution(cfg, other, [0, 1], None)  # a different sum shows
+
+
+def test_exact_view_with_parity_rows_reveals_the_replica_differences_and_nothing_else():
+    # p = 11, n = 3, s = 1, T = 1, U = 2, K = 3, all three silos upload (one extra reply), so
+    # the recovery answers the decoding row and one parity row; silo 1's replica of its first
+    # partition is one step off. The view (all 11^6 mask/noise combinations) depends on the
+    # inputs only through the sum of the replicas decoded and the syndrome, i.e. the replicas'
+    # difference: two splits of the same sum give the same view; another difference shows.
+    cfg = ProtocolConfig(
+        num_silos=3,
+        num_stragglers=1,
+        privacy_threshold=1,
+        recovery_threshold=2,
+        vector_length=1,
+        p=11,
+        scale=1.0,
+        headroom_bits=0,
+    )
+    every = [0, 1, 2]
+    assert cfg.gradient_code.parity_checks(every).shape[0] == 1
+    same_a, same_b = np.array([1, 10, 0]), np.array([4, 3, 4])
+    v1 = exact_view_distribution(cfg, same_a, every, None, off={1: 1})
+    assert v1 == exact_view_distribution(cfg, same_b, every, None, off={1: 1})
+    assert v1 != exact_view_distribution(cfg, same_a, every, None, off={1: 2})
+    assert v1 != exact_view_distribution(cfg, same_a, every, None)  # agreeing replicas
 
 
 def test_exact_view_with_a_colluding_silo_reveals_nothing_more():
