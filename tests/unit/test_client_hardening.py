@@ -63,9 +63,7 @@ def test_a_server_message_from_a_silo_is_refused() -> None:
 
 
 def test_a_key_request_for_a_round_other_than_0_is_refused() -> None:
-    req = KeyRequest(
-        digest=CFG.digest, round=0, sender=SERVER, recipient=1, config=CFG.to_json()
-    )
+    req = KeyRequest(digest=CFG.digest, round=0, sender=SERVER, recipient=1, config=CFG.to_json())
     refuses_then_accepts(ClientMachine(), dataclasses.replace(req, round=5), req)
     refuses_then_accepts(ClientMachine(), dataclasses.replace(req, sender=0), req)
 
