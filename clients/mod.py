@@ -154,6 +154,7 @@ def coded_secagg_mod(msg: Message, context: Context, call_next: ClientAppCallabl
 
     The silo's minimums come from its node config (``codedfl.min-privacy-threshold``,
     ``codedfl.min-mask-pieces``, ``codedfl.min-silos``, ``codedfl.min-modulus-bits``,
+    ``codedfl.max-silos``, ``codedfl.max-partitions``, ``codedfl.max-vector-length``,
     ``codedfl.expected-silo``); :func:`make_coded_secagg_mod` sets them in code.
 
     Parameters

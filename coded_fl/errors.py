@@ -23,6 +23,7 @@ __all__ = [
     "CodedFLError",
     "ConfigurationError",
     "DecodingError",
+    "ExceedsLimitsError",
     "InputError",
     "LocalProtocolError",
     "NeedsKeysError",
@@ -59,6 +60,13 @@ class NeedsKeysError(RemoteProtocolError):
     key exchange). Not a fault: the silo answers with a typed refusal
     (:class:`coded_fl.secagg.messages.Refusal`, code ``NEEDS_KEYS``) and the server reruns the
     key exchange with it before the next round."""
+
+
+class ExceedsLimitsError(RemoteProtocolError):
+    """A server message asks for more than this silo's limits allow (e.g. more silos or a
+    longer vector than its :class:`~coded_fl.secagg.policy.ClientPolicy` maxima). Refused before
+    anything proportional to the request is built; the silo answers with a typed refusal
+    (code ``MISCONFIGURED``) whose detail names the node-config setting to raise."""
 
 
 class DecodingError(CodedFLError):

@@ -213,9 +213,28 @@ class RoundDriver:
 
         def on_recovery(node: int, reply: Message) -> bool:
             feed(st, st.silo_of[node], reply, RecoveryReply, report.errors, report.accused)
-            return machine.recovery_ready
+            return machine.recovery_ready or machine.recovery_stuck
 
-        ex.collect(rids, on_recovery, deadline=st.deadline(settings.recovery_timeout))
+        recovery_deadline = st.deadline(settings.recovery_timeout)
+        ex.collect(rids, on_recovery, deadline=recovery_deadline)
+        while not machine.recovery_ready:
+            # silos accused by max(T + 1, 2) survivors: ask the others again without them
+            again = machine.retry_recovery()
+            if again is None:
+                break
+            LOG.warning(
+                "[coded-fl] round %d: silos accused by several others dropped from the "
+                "survivors (their mask shares failed authentication); asking %s again",
+                r,
+                list(again[0].survivors) if again else [],
+            )
+            rids = ex.push(
+                [flower_message(st.node_of[q.recipient], q) for q in again],
+                stage="recovery",
+                round_=r,
+            )
+            report.round_trips += 1
+            ex.collect(rids, on_recovery, deadline=recovery_deadline)
         res = machine.finish()
         if isinstance(res, RoundAborted):
             return self._aborted(report, res, t0)
@@ -233,10 +252,10 @@ class RoundDriver:
         st, spec, inner = self.state, self.settings.spec, self.settings.strategy
         report.replies_used = len(res.survivors)
         report.stragglers = res.stragglers
+        report.suspects = res.excluded  # uploaded, then dropped from S (accused)
         report.responders = len(res.responders)
         report.disagreeing, report.corrected = res.disagreeing, res.corrected
         report.erased, report.off_silos = int(res.erased.numel()), dict(res.located)
-        report.suspects = tuple(sorted(res.located))
         _warn_disagreement(report, st.layout.length)
         try:
             decoded = st.layout.unpack(

@@ -15,6 +15,7 @@ from flwr.app import Message, MessageType, RecordDict
 from coded_fl.errors import CodedFLError, RemoteProtocolError
 from coded_fl.secagg.messages import Limits, Refusal, RefusalCode
 from coded_fl.secagg.messages import Message as ProtocolMessage
+from coded_fl.secagg.server import ServerStage
 from coded_fl.vocabulary import MSG_KEY
 from strategies.exchange import LateReply
 from strategies.records import message_from, message_record
@@ -124,6 +125,13 @@ def _refused(
             "also forge this)"
         )
         LOG.warning("[coded-fl] silo %d accuses silo %d", silo, msg.accused)
+    if accused is not None and state.machine.stage == ServerStage.RECOVERING:
+        # the machine counts the refusal (it cannot answer) and the accusation: a silo
+        # accused by max(T + 1, 2) survivors is dropped from S (ServerMachine.retry_recovery)
+        try:
+            state.machine.receive(msg)
+        except RemoteProtocolError as exc:
+            LOG.warning("[coded-fl] ignored a refusal from silo %d: %s", silo, exc)
 
 
 def late_reply(state: RunState, late: LateReply, reply: Message) -> None:

@@ -22,7 +22,7 @@ server rekeys on (an accusation of another silo's share travels the same way). S
 transitions (anything else raises and changes nothing)::
 
     NEW     --KeyRequest-->        KEYED
-    KEYED   --TrainRequest(r)-->   TRAINING(r)        (r greater than any round seen)
+    KEYED   --TrainRequest(r)-->   TRAINING(r)        (r above the floor, not trained before)
     TRAINING(r) --upload()-->      UPLOADED(r)
     any keyed stage --RecoveryRequest(r >= current round, not yet answered)--> RECOVERED(r)
     any keyed stage --TrainRequest(r' > r)--> TRAINING(r')
@@ -48,7 +48,13 @@ import numpy as np
 import torch
 
 from coded_fl.crypto import KeyPair, check_public_key, open_sealed, pairwise_key, seal
-from coded_fl.errors import InputError, LocalProtocolError, NeedsKeysError, RemoteProtocolError
+from coded_fl.errors import (
+    ExceedsLimitsError,
+    InputError,
+    LocalProtocolError,
+    NeedsKeysError,
+    RemoteProtocolError,
+)
 from coded_fl.pipeline import encode_upload
 from coded_fl.prg import Entropy, MaskStream, fresh_seed
 from coded_fl.quantize import QuantizationStats, RoundingKey
@@ -80,6 +86,10 @@ __all__ = [
 SHARE_PURPOSE = b"mask-share"
 #: Rounds are below 2**63 (they bind the sealed shares' associated data).
 MAX_ROUND = 2**63
+#: Rounds a silo remembers having trained without a recovery that verified them (see
+#: :meth:`ClientMachine.on_train_request`); beyond this the oldest is forgotten and every round
+#: up to it is refused from then on.
+MAX_UNVERIFIED_ROUNDS = 32
 #: The label of a refusal that says the silo holds no keys for the server's session (a
 #: restarted node, or one that missed the key exchange): the server reruns the key exchange.
 NEEDS_KEYS = RefusalCode.NEEDS_KEYS.label
@@ -111,9 +121,11 @@ Reaction = KeyReply | TrainTask | RecoveryReply
 def refusal_for(error: RemoteProtocolError, request: Message) -> Refusal | None:
     """The typed refusal that answers ``request`` when the machine raised ``error``, if any.
 
-    Two refusals are signals the server acts on: :class:`NeedsKeysError` (rekey this silo) and a
-    share from another silo that failed authentication (the refusal accuses that silo). Any
-    other error is not a signal: None (the adapter reports it as an error).
+    Three refusals are signals the server acts on: :class:`NeedsKeysError` (rekey this silo), a
+    share from another silo that failed authentication (the refusal accuses that silo) and
+    :class:`~coded_fl.errors.ExceedsLimitsError` (a configuration above the silo's limits:
+    code ``MISCONFIGURED``). Any other error is not a signal: None (the adapter reports it as
+    an error).
 
     Parameters
     ----------
@@ -128,6 +140,8 @@ def refusal_for(error: RemoteProtocolError, request: Message) -> Refusal | None:
     """
     if isinstance(error, NeedsKeysError):
         code, accused = RefusalCode.NEEDS_KEYS, None
+    elif isinstance(error, ExceedsLimitsError):
+        code, accused = RefusalCode.MISCONFIGURED, None
     elif error.sender is not None and error.sender != SERVER:
         code, accused = RefusalCode.ACCUSES, int(error.sender)
     else:
@@ -192,6 +206,10 @@ class ClientMachine:
         self.roster: dict[int, bytes] = {}
         self.round = 0  # the latest round whose TrainRequest was accepted
         self.recovered_round = 0  # the latest round answered with a RecoveryReply
+        # rounds trained but not yet verified by a recovery, and the floor at or below which
+        # every TrainRequest is refused (see on_train_request)
+        self.trained: tuple[int, ...] = ()
+        self.floor = 0
         self._pairwise: dict[tuple[int, bytes], bytes] = {}
         self.stats = QuantizationStats()
         # in stage NEW a train or recovery request meets _check_header, which raises NeedsKeysError
@@ -305,8 +323,9 @@ class ClientMachine:
 
         Everything is checked before any state changes: the sender is the server, the round
         is 0, the digest matches the configuration, the configuration meets the silo's
-        :class:`~coded_fl.secagg.policy.ClientPolicy` and the index is in range (and the
-        pinned one, if the policy pins one).
+        :class:`~coded_fl.secagg.policy.ClientPolicy` (its maxima on n, K and d on the raw
+        JSON, before the configuration is built) and the index is in range (and the pinned
+        one, if the policy pins one).
         """
         if msg.sender != SERVER:
             raise RemoteProtocolError(
@@ -316,6 +335,7 @@ class ClientMachine:
             raise RemoteProtocolError(
                 f"KeyRequest for round {msg.round}: key requests carry round 0", sender=SERVER
             )
+        self.policy.check_size(msg.config)  # before building anything proportional to n, K, d
         cfg = ProtocolConfig.from_json(msg.config)
         if cfg.digest != msg.digest:
             raise RemoteProtocolError(
@@ -336,7 +356,8 @@ class ClientMachine:
             self._keys = KeyPair.from_private_bytes(fresh_seed(self._entropy))
             self.config, self.silo = cfg, msg.recipient
             self.roster, self._pairwise = {}, {}
-            self.round = self.recovered_round = 0
+            self.round = self.recovered_round = self.floor = 0
+            self.trained = ()
             self.stage = ClientStage.KEYED
         _, silo, keys = self._identity()
         return KeyReply(
@@ -349,14 +370,24 @@ class ClientMachine:
 
     # ------------------------------------------------------------------ 2. train + upload
     def on_train_request(self, msg: TrainRequest) -> TrainTask:
-        """Accept round ``msg.round``; return what to train."""
+        """Accept round ``msg.round``; return what to train.
+
+        A silo trains a round at most once: it refuses a round it trained and any round at or
+        below its *floor*, the last round whose recovery it answered (a recovery verifies a
+        round: the shares of every survivor authenticate for it, so the other silos trained
+        it too). A round it cannot verify yet (e.g. round 99 from a buggy server, or a replay
+        from elsewhere) does not move the floor: earlier real rounds keep working. At most
+        :data:`MAX_UNVERIFIED_ROUNDS` such rounds are remembered; beyond that the oldest is
+        forgotten and the floor rises to it, so no round is ever trained twice.
+        """
         cfg = self._check_header(msg)
         self._require(
             ClientStage.KEYED, ClientStage.TRAINING, ClientStage.UPLOADED, ClientStage.RECOVERED
         )
-        if msg.round <= self.round:
+        if msg.round <= self.floor or msg.round in self.trained:
             raise RemoteProtocolError(
-                f"TrainRequest for round {msg.round} replays or precedes round {self.round}",
+                f"TrainRequest for round {msg.round} replays a round this silo trained, or is "
+                f"not above round {self.floor} (its last verified or forgotten round)",
                 sender=SERVER,
             )
         if msg.round >= MAX_ROUND:
@@ -384,6 +415,10 @@ class ClientMachine:
                 sender=SERVER,
             )
         task = self._task_for(msg.round)
+        trained = sorted({*self.trained, msg.round})
+        if len(trained) > MAX_UNVERIFIED_ROUNDS:  # forget the oldest: refuse up to it from now
+            self.floor = max(self.floor, trained.pop(0))
+        self.trained = tuple(trained)
         self.roster = roster
         self.round = msg.round
         self.stage = ClientStage.TRAINING
@@ -450,10 +485,10 @@ class ClientMachine:
         self._require(
             ClientStage.KEYED, ClientStage.TRAINING, ClientStage.UPLOADED, ClientStage.RECOVERED
         )
-        if msg.round < self.round:
+        if msg.round < self.floor:
             raise RemoteProtocolError(
                 f"RecoveryRequest for round {msg.round} replays an earlier round (current: "
-                f"{self.round})",
+                f"{self.floor})",
                 sender=SERVER,
             )
         if self.recovered_round >= msg.round:
@@ -499,6 +534,8 @@ class ClientMachine:
         agg = cfg.field.matmul(rows, shares)
         self.round = max(self.round, msg.round)
         self.recovered_round = msg.round
+        self.floor = max(self.floor, msg.round)
+        self.trained = tuple(r for r in self.trained if r > self.floor)
         self.stage = ClientStage.RECOVERED
         return RecoveryReply(
             digest=cfg.digest, round=msg.round, sender=silo, recipient=SERVER, rows=agg
@@ -515,6 +552,8 @@ class ClientMachine:
             "roster": [[s, k.hex()] for s, k in sorted(self.roster.items())],
             "round": self.round,
             "recovered_round": self.recovered_round,
+            "trained": list(self.trained),
+            "floor": self.floor,
             "task": None,
         }
         task = getattr(self, "_task", None)
@@ -562,6 +601,9 @@ class ClientMachine:
             m.roster = {int(s): bytes.fromhex(k) for s, k in state["roster"]}
             m.round = int(state["round"])
             m.recovered_round = int(state["recovered_round"])
+            # a state saved before unverified rounds were tracked: its round is the floor
+            m.floor = int(state.get("floor", m.round))
+            m.trained = tuple(int(r) for r in state.get("trained", ()))
         except (ValueError, KeyError, TypeError, RemoteProtocolError) as exc:
             raise LocalProtocolError(
                 f"stored client state is unreadable: {type(exc).__name__}"

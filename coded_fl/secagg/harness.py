@@ -26,9 +26,9 @@ from typing import Any, TypeVar
 import torch
 
 from coded_fl.errors import RemoteProtocolError
-from coded_fl.secagg.client import ClientMachine
+from coded_fl.secagg.client import ClientMachine, refusal_for
 from coded_fl.secagg.config import ProtocolConfig
-from coded_fl.secagg.messages import Message, decode, encode
+from coded_fl.secagg.messages import Message, RecoveryRequest, Upload, decode, encode
 from coded_fl.secagg.server import RoundAborted, RoundResult, ServerMachine
 
 M = TypeVar("M", bound=Message)
@@ -46,12 +46,14 @@ class Silo:
     ``drop`` is the stage at which it disappears: ``"keys"`` (never answers the key exchange),
     ``"train"`` (gets the TrainRequest, never uploads), ``"recovery"`` (uploads, then never
     answers the RecoveryRequest). ``delay`` is the virtual time its upload takes to arrive.
-    ``tamper`` may rewrite its partial updates before encoding (a replica that disagrees).
+    ``tamper`` may rewrite its partial updates before encoding (a replica that disagrees);
+    ``forge`` may rewrite its whole upload (e.g. garble the sealed shares it sends).
     """
 
     drop: str | None = None
     delay: float = 0.0
     tamper: Callable[[int, torch.Tensor], torch.Tensor] | None = None
+    forge: Callable[[Upload], Upload] | None = None
 
 
 @dataclass
@@ -210,6 +212,8 @@ class Harness:
             if b.tamper is not None:
                 parts = [b.tamper(k, g) for k, g in zip(task.partitions, parts, strict=True)]
             upload = self._client(silo, lambda c=c, t=task, g=parts: c.upload(t, g))  # type: ignore[misc]
+            if b.forge is not None:
+                upload = b.forge(upload)
             arrivals.append((b.delay, silo, upload))
         arrivals.sort(key=lambda a: (a[0], a[1]))
         closed = False
@@ -235,18 +239,40 @@ class Harness:
         self._server_cpu += time.thread_time() - t0
         if isinstance(out, RoundAborted):
             return out
-        for req in out:
-            if behaviour.get(req.recipient, Silo()).drop == "recovery":
-                continue
-            c = self.clients[req.recipient]
-            delivered = self._to_client(req)
-            reply = self._client(req.recipient, partial(c.on_recovery_request, delivered))
-            self._to_server(reply, refused)
+        self._ask(out, behaviour, refused)
+        while not self.server.recovery_ready:  # convicted silos: ask again without them
+            again = self.server.retry_recovery()
+            if again is None:
+                break
+            self._ask(again, behaviour, refused)
         t0 = time.thread_time()
         try:
             return self.server.finish()
         finally:
             self._server_cpu += time.thread_time() - t0
+
+    def _ask(
+        self,
+        requests: list[RecoveryRequest],
+        behaviour: Mapping[int, Silo],
+        refused: list[tuple[int, str]],
+    ) -> None:
+        """Deliver recovery requests; a silo's typed refusal (an accusation) goes to the server."""
+        for req in requests:
+            if behaviour.get(req.recipient, Silo()).drop == "recovery":
+                continue
+            c = self.clients[req.recipient]
+            delivered = self._to_client(req)
+            try:
+                reply: Message = self._client(
+                    req.recipient, partial(c.on_recovery_request, delivered)
+                )
+            except RemoteProtocolError as exc:
+                refusal = refusal_for(exc, delivered)
+                if refusal is None:
+                    raise
+                reply = refusal
+            self._to_server(reply, refused)
 
     def expected_total(self, number: int) -> torch.Tensor:
         """The exact sum the round must produce: quantize every partition like a silo does and

@@ -15,16 +15,26 @@ node config (``--node-config``); the node config can only raise a minimum:
 ``codedfl.min-modulus-bits``       p at least 2^(bits - 1)
 ``codedfl.expected-silo``          this node's silo index (refuse any other)
 
->>> ClientPolicy(min_privacy_threshold=2).tightened({"codedfl.min-privacy-threshold": 3})
-ClientPolicy(min_privacy_threshold=3, min_mask_pieces=1, min_silos=1, min_modulus_bits=2, silo=None)
+and its maxima, resource limits checked on the raw configuration *before* anything
+proportional to n, K or d is built (the gradient code alone costs seconds and hundreds of MiB
+at n = 1000); the node config sets them (raise one to take part in a larger run):
+
+``codedfl.max-silos``              n at most this (default 256)
+``codedfl.max-partitions``         K at most this (default 1024)
+``codedfl.max-vector-length``      d at most this (default 2^28 elements, 1 GiB per vector)
+
+>>> p = ClientPolicy(min_privacy_threshold=2).tightened({"codedfl.min-privacy-threshold": 3})
+>>> p.min_privacy_threshold, p.min_silos, p.max_silos, p.silo
+(3, 1, 256, None)
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
-from coded_fl.errors import ConfigurationError, RemoteProtocolError
+from coded_fl.errors import ConfigurationError, ExceedsLimitsError, RemoteProtocolError
 from coded_fl.secagg.config import ProtocolConfig
 from coded_fl.secagg.messages import SERVER
 from coded_fl.vocabulary import PREFIX
@@ -39,6 +49,17 @@ _KEYS = {
     "min_mask_pieces": PREFIX + "min-mask-pieces",
     "min_silos": PREFIX + "min-silos",
     "min_modulus_bits": PREFIX + "min-modulus-bits",
+}
+_MAX_KEYS = {
+    "max_silos": PREFIX + "max-silos",
+    "max_partitions": PREFIX + "max-partitions",
+    "max_vector_length": PREFIX + "max-vector-length",
+}
+#: configuration field -> (the policy's maximum, what it is)
+_BOUNDED = {
+    "num_silos": ("max_silos", "the number of silos n"),
+    "num_partitions": ("max_partitions", "the number of partitions K"),
+    "vector_length": ("max_vector_length", "the vector length d"),
 }
 
 
@@ -58,6 +79,9 @@ class ClientPolicy:
         Refuse a modulus p below 2^(bits - 1).
     silo
         This node's silo index, if pinned: refuse a key request that assigns another.
+    max_silos, max_partitions, max_vector_length
+        Refuse n, K or d above these (checked on the raw configuration, before the gradient
+        code or anything else proportional to them is built).
 
     Raises
     ------
@@ -70,9 +94,12 @@ class ClientPolicy:
     min_silos: int = 1
     min_modulus_bits: int = 2
     silo: int | None = None
+    max_silos: int = 256
+    max_partitions: int = 1024
+    max_vector_length: int = 1 << 28
 
     def __post_init__(self) -> None:
-        for name in _KEYS:
+        for name in (*_KEYS, *_MAX_KEYS):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise ConfigurationError(f"{name} must be an int >= 0, got {value!r}")
@@ -87,7 +114,8 @@ class ClientPolicy:
         Parameters
         ----------
         node_config
-            The node's config (``codedfl.min-*`` keys, ``codedfl.expected-silo``).
+            The node's config (``codedfl.min-*`` keys, which can only raise a minimum;
+            ``codedfl.max-*`` keys, which replace a maximum; ``codedfl.expected-silo``).
 
         Returns
         -------
@@ -104,6 +132,9 @@ class ClientPolicy:
             if key in node_config:
                 value = _int(node_config[key], key)
                 changes[name] = max(value, getattr(self, name))
+        for name, key in _MAX_KEYS.items():  # resource limits: the node config sets them
+            if key in node_config:
+                changes[name] = _int(node_config[key], key)
         raw = node_config.get(EXPECTED_SILO_KEY)
         if raw is not None:
             silo = _int(raw, EXPECTED_SILO_KEY)
@@ -113,6 +144,39 @@ class ClientPolicy:
                 )
             changes["silo"] = silo
         return replace(self, **changes)
+
+    def check_size(self, raw_config: bytes) -> None:
+        """Refuse a configuration larger than the maxima, from its raw JSON, before it is built.
+
+        Only the sizes are read here (n, K, d); everything else is checked when the
+        configuration is built. Bytes that are not a JSON object pass (building refuses them).
+
+        Parameters
+        ----------
+        raw_config
+            The configuration a key request carries (at most 64 KiB, bounded by the decoder).
+
+        Raises
+        ------
+        ExceedsLimitsError
+            Blaming the server, naming the node-config setting that would admit the size (the
+            silo answers with a typed ``MISCONFIGURED`` refusal).
+        """
+        try:
+            fields = json.loads(raw_config)
+        except (ValueError, RecursionError):
+            return
+        if not isinstance(fields, dict):
+            return
+        for name, (limit, what) in _BOUNDED.items():
+            got, most = fields.get(name), getattr(self, limit)
+            if isinstance(got, int) and not isinstance(got, bool) and got > most:
+                raise ExceedsLimitsError(
+                    f"the server's configuration has {what} = {got}, above this silo's limit "
+                    f"{limit}={most}: raise node config {_MAX_KEYS[limit]} to at least {got} "
+                    "(or the mod's ClientPolicy) to take part, or make the run smaller",
+                    sender=SERVER,
+                )
 
     def check(self, cfg: ProtocolConfig, silo: int) -> None:
         """Refuse a configuration below the minimums, or an index other than the pinned one.

@@ -14,6 +14,16 @@ Theory of operation (``docs/protocol.md`` has the whole protocol and its proofs)
 - A round that cannot complete (too few uploads or recovery replies by the driver's deadline,
   replicas that disagree, an aggregate out of range) ends in :class:`RoundAborted` with the
   reason; nothing partial is returned and the machine is ready for the next round.
+- Accusations: a survivor that cannot open the share silo i sealed for it answers with a
+  ``Refusal`` (code ``ACCUSES``) instead of a reply. A silo accused by at least
+  :meth:`ServerMachine.accusers_needed` = max(T + 1, 2) distinct survivors is *convicted*: at
+  most T silos collude, so one of its accusers is honest and the share really failed (one
+  silo, or T colluding ones, cannot exclude an honest silo). Once replies cannot reach U
+  (``recovery_stuck``), ``retry_recovery`` drops the convicted silos from S and asks the
+  survivors that have not answered yet again with the decoding vector of the smaller S (when
+  it still has max(n-s, U) silos and U of them can answer); otherwise ``finish`` aborts naming
+  them. Either way a convicted silo's upload is refused in the next round (it is left out of
+  that round's S), then it takes part again.
 
 Transition table (stage, input) -> handler; any other pair raises :class:`RemoteProtocolError`
 (for a peer's message) or :class:`LocalProtocolError` (for a driver call) and changes nothing.
@@ -49,6 +59,8 @@ from coded_fl.secagg.messages import (
     Message,
     RecoveryReply,
     RecoveryRequest,
+    Refusal,
+    RefusalCode,
     TrainRequest,
     Upload,
 )
@@ -82,6 +94,7 @@ class RoundResult:
     corrected: int = 0  # of those, the ones whose error was located and removed
     erased: torch.Tensor = field(default_factory=lambda: torch.zeros(0, dtype=torch.int64))
     located: dict[int, int] = field(default_factory=dict)  # silo -> coordinates it was off
+    excluded: tuple[int, ...] = ()  # uploaded, then dropped from S: convicted by accusations
 
 
 @dataclass(frozen=True)
@@ -101,6 +114,11 @@ class _Round:
     survivors: tuple[int, ...] = ()
     weights: np.ndarray | None = None
     replies: dict[int, torch.Tensor] = field(default_factory=dict)
+    # accused silo -> the survivors that accused it (ACCUSES refusals of this round)
+    accusations: dict[int, set[int]] = field(default_factory=dict)
+    refused: set[int] = field(default_factory=set)  # survivors that refused the request
+    excluded: tuple[int, ...] = ()  # convicted silos dropped from S in this round
+    barred: frozenset[int] = frozenset()  # convicted in the previous round: upload refused
 
 
 class ServerMachine:
@@ -131,10 +149,12 @@ class ServerMachine:
         self._asked: set[int] = set()
         self.last_round = 0
         self._round: _Round | None = None
+        self._bar_next: frozenset[int] = frozenset()  # convicted silos, barred next round
         self._table: dict[tuple[ServerStage, type[Message]], Callable[[Message], None]] = {
             (ServerStage.KEYS, KeyReply): self._on_key_reply,  # type: ignore[dict-item]
             (ServerStage.COLLECTING, Upload): self._on_upload,  # type: ignore[dict-item]
             (ServerStage.RECOVERING, RecoveryReply): self._on_recovery_reply,  # type: ignore[dict-item]
+            (ServerStage.RECOVERING, Refusal): self._on_refusal,  # type: ignore[dict-item]
         }
 
     def __repr__(self) -> str:
@@ -234,7 +254,8 @@ class ServerMachine:
             raise LocalProtocolError(f"round {number} must follow round {self.last_round}")
         cfg = self.config
         roster = tuple(sorted(self.roster.items()))
-        self._round = _Round(number)
+        self._round = _Round(number, barred=self._bar_next)
+        self._bar_next = frozenset()
         self.last_round = number
         self.stage = ServerStage.COLLECTING
         return [
@@ -253,6 +274,12 @@ class ServerMachine:
             raise RemoteProtocolError("upload from a silo outside the roster", sender=msg.sender)
         if msg.sender in rnd.uploads:
             raise RemoteProtocolError("duplicate upload in this round", sender=msg.sender)
+        if msg.sender in rnd.barred:
+            raise RemoteProtocolError(
+                f"left out of round {rnd.number}: at least {self.accusers_needed} silos could not "
+                f"open the mask shares it sealed for them in round {rnd.number - 1}",
+                sender=msg.sender,
+            )
         if msg.masked.numel() != cfg.vector_length:
             raise RemoteProtocolError(
                 f"upload has {msg.masked.numel()} elements, expected {cfg.vector_length}",
@@ -284,7 +311,10 @@ class ServerMachine:
         rnd = self._round
         if rnd is None:
             return False
-        want = min(self.config.min_uploads + self.config.extra_replies, len(self.roster))
+        want = min(
+            self.config.min_uploads + self.config.extra_replies,
+            len(set(self.roster) - rnd.barred),
+        )
         return len(rnd.uploads) >= want
 
     def close_collection(self) -> list[RecoveryRequest] | RoundAborted:
@@ -298,14 +328,21 @@ class ServerMachine:
                 f"only {len(survivors)} of {len(self.roster)} silos uploaded in time; the round "
                 f"needs max(n-s, U) = {cfg.min_uploads} (stragglers tolerated: s={cfg.s})"
             )
+        self.stage = ServerStage.RECOVERING
+        return self._recovery_requests(rnd, survivors, survivors)
+
+    def _recovery_requests(
+        self, rnd: _Round, survivors: tuple[int, ...], ask: Sequence[int]
+    ) -> list[RecoveryRequest]:
+        """Fix S = ``survivors`` (its weight rows) and ask the silos ``ask`` for their sums."""
+        cfg = self.config
         rows = weight_rows(cfg, survivors)
         rnd.survivors, rnd.weights = survivors, rows
-        self.stage = ServerStage.RECOVERING
         weights = tuple(tuple(int(v) for v in row) for row in rows)
+        keys = tuple(self.roster[i] for i in survivors)
         requests = []
-        for j in survivors:
+        for j in ask:
             boxes = tuple(dict(rnd.uploads[i].shares)[j] for i in survivors)
-            keys = tuple(self.roster[i] for i in survivors)
             requests.append(
                 RecoveryRequest(
                     digest=cfg.digest,
@@ -332,7 +369,7 @@ class ServerMachine:
             raise RemoteProtocolError(
                 "recovery reply from a silo that was not asked", sender=msg.sender
             )
-        if msg.sender in rnd.replies:
+        if msg.sender in rnd.replies or msg.sender in rnd.refused:
             raise RemoteProtocolError("duplicate recovery reply", sender=msg.sender)
         expect = (_weights(rnd).shape[0], cfg.sharing.piece_length)
         if tuple(msg.rows.shape) != expect:
@@ -346,11 +383,89 @@ class ServerMachine:
             raise RemoteProtocolError(str(exc), sender=msg.sender) from None
         rnd.replies[msg.sender] = msg.rows
 
+    def _on_refusal(self, msg: Refusal) -> None:
+        rnd = self._current()
+        if msg.round != rnd.number:
+            raise RemoteProtocolError(
+                f"refusal for round {msg.round} during round {rnd.number}", sender=msg.sender
+            )
+        if msg.sender not in rnd.survivors:
+            raise RemoteProtocolError("refusal from a silo that was not asked", sender=msg.sender)
+        if msg.sender in rnd.replies or msg.sender in rnd.refused:
+            raise RemoteProtocolError("a second answer to the recovery request", sender=msg.sender)
+        rnd.refused.add(msg.sender)
+        accused = msg.accused
+        if (
+            msg.code == RefusalCode.ACCUSES
+            and accused is not None
+            and accused != msg.sender
+            and accused in rnd.survivors
+        ):
+            rnd.accusations.setdefault(accused, set()).add(msg.sender)
+
+    @property
+    def accusers_needed(self) -> int:
+        """Distinct accusers that convict a silo: max(T + 1, 2).
+
+        At most T silos collude, so T + 1 accusers include an honest one (whose share really
+        failed authentication); never fewer than 2, so no silo excludes another alone.
+        """
+        return max(self.config.T + 1, 2)
+
+    @property
+    def convicted(self) -> tuple[int, ...]:
+        """Survivors of the current round accused by at least :attr:`accusers_needed` silos."""
+        rnd = self._round
+        if rnd is None:
+            return ()
+        need = self.accusers_needed
+        return tuple(sorted(i for i, by in rnd.accusations.items() if len(by) >= need))
+
     @property
     def recovery_ready(self) -> bool:
         """True once U recovery replies are in: the round can be decoded."""
         rnd = self._round
         return rnd is not None and len(rnd.replies) >= self.config.U
+
+    @property
+    def recovery_stuck(self) -> bool:
+        """True when waiting longer cannot help the recovery request under way: too many
+        survivors refused it for U replies, and either a silo is convicted (see
+        :meth:`retry_recovery`) or every survivor has answered."""
+        rnd = self._round
+        if rnd is None or self.stage != ServerStage.RECOVERING:
+            return False
+        if len(rnd.survivors) - len(rnd.refused) >= self.config.U:
+            return False
+        return bool(self.convicted) or len(rnd.replies) + len(rnd.refused) == len(rnd.survivors)
+
+    def retry_recovery(self) -> list[RecoveryRequest] | None:
+        """Drop the convicted silos from S and ask again, if the protocol allows it.
+
+        The smaller S' must still have max(n - s, U) silos, and U silos of S' must not have
+        answered yet (a silo answers one recovery request per round): those are asked, with
+        the decoding vector of S'. Answering for S' after refusing S reveals nothing new: the
+        weight rows are checked against the public code as always.
+
+        Returns
+        -------
+        list[RecoveryRequest] | None
+            The new requests, or None when no silo is convicted or S' is too small (then
+            :meth:`finish` aborts the round naming the convicted silos).
+        """
+        self._require(ServerStage.RECOVERING)
+        rnd = self._current()
+        convicted = self.convicted
+        if not convicted:
+            return None
+        rest = tuple(i for i in rnd.survivors if i not in convicted)
+        ask = [j for j in rest if j not in rnd.replies]
+        if len(rest) < self.config.min_uploads or len(ask) < self.config.U:
+            return None
+        rnd.excluded = tuple(sorted({*rnd.excluded, *convicted}))
+        self._bar_next = frozenset(rnd.excluded)
+        rnd.replies, rnd.refused, rnd.accusations = {}, set(), {}
+        return self._recovery_requests(rnd, rest, ask)
 
     def finish(self) -> RoundResult | RoundAborted:
         """Decode the round (needs U recovery replies), or abort it saying why."""
@@ -358,6 +473,17 @@ class ServerMachine:
         rnd = self._current()
         cfg = self.config
         if len(rnd.replies) < cfg.U:
+            convicted = self.convicted
+            if convicted:
+                self._bar_next = frozenset({*rnd.excluded, *convicted})
+                return self._abort(
+                    f"silo(s) {list(convicted)}: the mask shares they sealed failed "
+                    f"authentication at {self.accusers_needed} or more survivors, and the "
+                    f"survivors without them are too few to unmask (need max(n-s, U) = "
+                    f"{cfg.min_uploads} silos, U = {cfg.U} of them able to answer); they are left "
+                    "out of the next round",
+                    suspects=convicted,
+                )
             return self._abort(
                 f"only {len(rnd.replies)} of {len(rnd.survivors)} survivors answered the recovery "
                 f"request; unmasking needs U = {cfg.U} (lower recovery_threshold to tolerate "
@@ -414,12 +540,15 @@ class ServerMachine:
             aggregate=res.value,
             survivors=rnd.survivors,
             responders=tuple(sorted(rnd.replies)),
-            stragglers=tuple(s for s in sorted(self.roster) if s not in rnd.uploads),
+            stragglers=tuple(
+                s for s in sorted(self.roster) if s not in rnd.uploads and s not in rnd.barred
+            ),
             checks=e,
             disagreeing=res.disagreeing,
             corrected=res.corrected,
             erased=res.erased,
             located=located,
+            excluded=rnd.excluded,
         )
         self._round = None
         self.stage = ServerStage.READY

@@ -57,10 +57,13 @@ from coded_fl.shuffling.theory import (
 )
 from coded_fl.shuffling.units import Layout, UnitId, UnitManifest
 
-__all__ = ["CENTRAL", "Mode", "ShufflePlan", "plan_shuffle"]
+__all__ = ["CENTRAL", "MAX_PLAN_ENTRIES", "Mode", "ShufflePlan", "check_plan_cost", "plan_shuffle"]
 
 #: Sender id of the central sender (the one party that holds all data) in centralized plans.
 CENTRAL = -1
+#: Cap on the entries a plan's arrays may hold while planning (about 40 bytes each: ~320 MiB);
+#: planning cost grows like C(K, t), see :func:`check_plan_cost`.
+MAX_PLAN_ENTRIES = 1 << 23
 
 Mode = Literal["centralized", "decentralized"]
 
@@ -292,6 +295,7 @@ def plan_shuffle(
         for k in range(K)
     )
     pieces = t if (mode == "decentralized" and t >= 1) else 1
+    check_plan_cost(K, t, len(manifest), max((len(nk) for nk in needs), default=0), pieces)
     layout = Layout.for_manifest(
         manifest, n_subfiles=comb(K, t), n_pieces=pieces, subfile_align=max(t, 1)
     )
@@ -324,6 +328,48 @@ def plan_shuffle(
 
 
 _Arrays = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+
+
+def check_plan_cost(K: int, t: int, units: int, most_needed: int, pieces: int) -> int:
+    """Refuse a shuffle whose plan would be too large to build, before building anything.
+
+    Planning builds arrays of about ``units * C(K, t) * pieces`` entries (the layout) and
+    ``most_needed * C(K, t + 1) * (t + 1)^2`` entries (the coded terms; the uncoded ones are
+    fewer), so its cost grows like :math:`\binom{K}{t}`; above :data:`MAX_PLAN_ENTRIES` (about
+    40 bytes each while planning) it is refused.
+
+    Parameters
+    ----------
+    K, t
+        Silos and storage level.
+    units
+        Units in the manifest.
+    most_needed
+        The most units one silo must receive.
+    pieces
+        Pieces per subfile (t in decentralized mode, else 1).
+
+    Returns
+    -------
+    int
+        The estimated number of entries.
+
+    Raises
+    ------
+    ConfigurationError
+        If the estimate exceeds :data:`MAX_PLAN_ENTRIES`, saying what to lower.
+    """
+    layout = units * comb(K, t) * pieces
+    terms = most_needed * comb(K, t + 1) * (t + 1) ** 2 if t < K else 0
+    estimate = max(layout, terms)
+    if estimate > MAX_PLAN_ENTRIES:
+        raise ConfigurationError(
+            f"planning this shuffle (K={K}, t={t}, {units} units, up to {most_needed} needed by "
+            f"one silo) would build about {estimate:,} entries, more than MAX_PLAN_ENTRIES = "
+            f"{MAX_PLAN_ENTRIES:,}: choose a smaller storage level t, fewer silos per shuffle "
+            "group, or shuffle fewer units at a time"
+        )
+    return estimate
 
 
 def _need_matrix(K: int, needs: tuple[tuple[int, ...], ...]) -> np.ndarray:

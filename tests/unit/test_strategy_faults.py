@@ -279,6 +279,23 @@ def test_tampered_share_is_refused_and_its_sender_named(extra: int) -> None:
             assert rep.responders >= 1
 
 
+def test_a_silo_whose_shares_fail_everywhere_is_dropped_and_rounds_complete() -> None:
+    # silo 0 garbles every share it seals: silos 1, 2, 3 accuse it (>= T + 1 = 2 distinct), the
+    # server drops it from S and asks the three again within the round (one more round trip);
+    # round 2 leaves it out, round 3 takes it back (and drops it again). Before: every round
+    # aborted, because silo 0 stayed in S and no survivor could answer
+    grid = FakeGrid(4, tamper={"site": 0, "target": -1})
+    s = _strategy(4, extra=1)
+    s.extra_wait = 5.0  # S = all four silos (the fourth upload completes the collection)
+    _start(s, grid, 3)
+    assert [r.ok for r in s.reports] == [True, True, True], [r.reason for r in s.reports]
+    assert [r.round_trips for r in s.reports] == [3, 2, 3]
+    assert s.reports[0].suspects == (0,) and s.reports[0].replies_used == 3
+    assert set(s.reports[0].accused) == {0}
+    assert "left out of round 2" in s.reports[1].errors[0]
+    assert s.reports[2].suspects == (0,)
+
+
 def test_a_second_start_is_a_run_of_its_own() -> None:
     # run 1 ends with silo 2 waiting for a rekey (it restarted and refused round 2 with
     # NEEDS_KEYS); run 2 on the same wrapper must not inherit that, nor run 1's reports,
