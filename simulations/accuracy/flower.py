@@ -49,8 +49,10 @@ from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy import FedAdam, FedAvg, Strategy
 
 from clients.mod import partition_seed
+from coded_fl.determinism import torch_threads
 from coded_fl.layout import flatten
 from coded_fl.secagg import ProtocolConfig
+from simulations.app.silo_torch import silo_threads
 from simulations.app.task import Net, load_partition, load_test, test, train
 from simulations.runtime.flower_sim import run_simulation
 from simulations.stragglers.costs import privacy_for
@@ -76,6 +78,19 @@ def drop_mod(msg: Message, context: Context, call_next):  # type: ignore[no-unty
         if site in dropped(conf, int(conf["server-round"])):
             return Message(Error(code=0, reason=f"site {site} dropped (injected)"), reply_to=msg)
     return call_next(msg, context)
+
+
+def threads_mod(msg: Message, context: Context, call_next):  # type: ignore[no-untyped-def]
+    """Silo i trains with item i % len of ``--threads-per-silo`` torch threads (the
+    heterogeneity test bed: replicas of one partition computed with different thread counts);
+    outside the coded-fl mod, where the node's own index is known."""
+    conf = msg.content.get("config", None)
+    spec = str(conf.get("acc.threads", "")) if conf is not None else ""
+    threads = silo_threads({"threads-per-silo": spec}, int(context.node_config["partition-id"]))
+    if threads is None:
+        return call_next(msg, context)
+    with torch_threads(threads):
+        return call_next(msg, context)
 
 
 def _fit(msg: Message, context: Context, seed: int) -> Message:
@@ -118,7 +133,7 @@ def _seed(msg: Message, context: Context) -> int:
 def make_client_app() -> ClientApp:
     from clients import coded_secagg_mod
 
-    app = ClientApp(mods=[drop_mod, coded_secagg_mod])
+    app = ClientApp(mods=[drop_mod, threads_mod, coded_secagg_mod])
 
     @app.train()
     def fit(msg: Message, context: Context) -> Message:
@@ -186,20 +201,26 @@ def make_server_app(opts: argparse.Namespace, out: dict[str, Any]) -> ServerApp:
                 "acc.batch": opts.batch,
                 "acc.drop": opts.drop,
                 "acc.n": n,
+                "acc.threads": opts.threads_per_silo,
             }
         )
         label = out["setting"]
-        ours: dict[str, list[Any]] = {"accuracy": [], "seconds": [], "ok": []}
+        ours: dict[str, list[Any]] = {
+            k: [] for k in ("accuracy", "seconds", "ok", "erased", "disagreeing", "corrected")
+        }
 
         def progress(rep: RoundReport) -> None:
             acc = rep.server_metrics.get("accuracy", float("nan"))
             ours["accuracy"].append(acc)
             ours["seconds"].append(rep.seconds)
             ours["ok"].append(rep.ok)
+            ours["erased"].append(rep.erased)
+            ours["disagreeing"].append(rep.disagreeing)
+            ours["corrected"].append(rep.corrected)
             _say(
                 f"[accuracy {label}] coded-fl round {rep.round}: "
                 f"{'ok' if rep.ok else 'ABORTED ' + rep.reason}, used {rep.replies_used}/{n}, "
-                f"{rep.seconds:.1f}s, accuracy {acc:.4f}"
+                f"{rep.seconds:.1f}s, accuracy {acc:.4f}, erased {rep.erased}"
             )
 
         T = privacy_for(n, s)
@@ -209,6 +230,9 @@ def make_server_app(opts: argparse.Namespace, out: dict[str, Any]) -> ServerApp:
             num_stragglers=s,
             privacy_threshold=T,
             clip_range=opts.clip,
+            code=opts.code,
+            headroom_bits=opts.headroom,
+            extra_replies=opts.extra,
             round_timeout=300.0,
             progress=progress,
         )
@@ -232,9 +256,13 @@ def make_server_app(opts: argparse.Namespace, out: dict[str, Any]) -> ServerApp:
             privacy_threshold=T,
             vector_length=flatten(initial).numel() + 2,
             clip_range=opts.clip,
+            code=opts.code,
+            headroom_bits=opts.headroom,
         )
         out["scale"] = cfg.quantization.scale
         out["partitions"] = cfg.gradient_code.K
+        out["code_used"] = type(cfg.gradient_code).__name__
+        out["vector_length"] = cfg.vector_length + 1  # + the train_loss metric
         del res
 
         inner = _inner(opts.strategy, n)
@@ -290,6 +318,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--clip", type=float, default=1.0)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--actors", type=int, default=2)
+    ap.add_argument("--threads-per-silo", default="", help='e.g. "1,2": silo i gets item i % 2')
+    ap.add_argument("--code", default="auto", choices=["auto", "polynomial", "repetition"])
+    ap.add_argument("--headroom", type=int, default=12, help="headroom_bits")
+    ap.add_argument("--extra", type=int, default=0, help="extra_replies")
     opts = ap.parse_args(argv)
     if opts.drop > opts.s:
         raise SystemExit(f"--drop {opts.drop} > --s {opts.s}: coded-fl could not decode")
@@ -308,6 +340,10 @@ def main(argv: list[str] | None = None) -> int:
         "batch": opts.batch,
         "clip_range": opts.clip,
         "seed": opts.seed,
+        "threads_per_silo": opts.threads_per_silo,
+        "code": opts.code,
+        "headroom_bits": opts.headroom,
+        "extra_replies": opts.extra,
     }
     logging.getLogger("flwr").setLevel(logging.WARNING)
     t0 = time.monotonic()

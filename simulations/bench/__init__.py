@@ -9,6 +9,7 @@ BENCHMARKS = {
     "accuracy": "simulations.bench.accuracy",
     "codes": "simulations.bench.codes",
     "deploy": "simulations.bench.deploy",
+    "hetero": "simulations.bench.hetero",
     "kernels": "simulations.bench.kernels",
     "protocol": "simulations.bench.protocol",
     "rounds": "simulations.bench.rounds",
