@@ -7,16 +7,17 @@ S the survivors, a the decoding vector with :math:`a^T B_S = 1^T`.
   ``decode``, ``check_consistency``).
 - :class:`PolynomialCode`: exact for every n and s (Reed-Solomon style, O(|S|^2) decoding
   coefficients).
-- :class:`FractionalRepetitionCode`: needs (s+1) | n, 0/1 coefficients, cheapest decode;
-  :class:`PlainAggregation` is s = 0.
+- :class:`FractionalRepetitionCode`: any n > s, 0/1 coefficients, cheapest decode, never
+  mixes replicas; as little storage as the polynomial code when (s+1) | n, more otherwise
+  (:func:`spread_partitions`); :class:`PlainAggregation` is s = 0.
 - :class:`ApproximateCode`: fewer copies, best estimate with an error bound.
 - :class:`RealGradientCode`: the real-valued baseline (ill-conditioned; for comparison only).
-- :func:`make_code`: picks one from (n, s).
+- :func:`make_code`: picks one from (n, s) (:func:`prefer_repetition` for ``"auto"``).
 """
 
 from coded_fl.codes.approximate import ApproximateCode, ApproximateEstimate
 from coded_fl.codes.base import GradientCode
-from coded_fl.codes.factory import CodeKind, make_code
+from coded_fl.codes.factory import CodeKind, make_code, prefer_repetition
 from coded_fl.codes.polynomial import PolynomialCode, cyclic_placement, lagrange_weights
 from coded_fl.codes.real_baseline import RealGradientCode, decoding_error
 from coded_fl.codes.repetition import (
@@ -24,6 +25,7 @@ from coded_fl.codes.repetition import (
     GroupCode,
     PlainAggregation,
     balanced_groups,
+    spread_partitions,
 )
 
 __all__ = [
@@ -41,4 +43,6 @@ __all__ = [
     "decoding_error",
     "lagrange_weights",
     "make_code",
+    "prefer_repetition",
+    "spread_partitions",
 ]

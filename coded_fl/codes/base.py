@@ -194,7 +194,7 @@ class GradientCode(ABC):
 
     @property
     def replication(self) -> int:
-        """Holders of the least replicated partition (s + 1 for an exact code)."""
+        """Holders of the least replicated partition (at least s + 1 for an exact code)."""
         return min(len(h) for h in self._holders)
 
     @property

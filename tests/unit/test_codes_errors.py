@@ -26,7 +26,7 @@ from tests.codes_helpers import all_replies, partition_vectors
         ({"n": 5, "s": True}, r"s must be an int"),
         ({"n": 5.0, "s": 1}, r"n must be an int"),
         ({"n": 10, "s": 1, "kind": "mds"}, r"kind='mds' is unknown"),
-        ({"n": 10, "s": 2, "kind": "repetition"}, r"s\+1=3 does not divide n=10"),
+        ({"n": 10, "s": 2, "kind": "repetition", "num_partitions": 2}, r"num_partitions=2 is"),
         ({"n": 10, "s": 2, "kind": "plain"}, r"kind='plain' tolerates no straggler"),
         ({"n": 10, "s": 2, "kind": "approximate"}, r"needs replication"),
         ({"n": 10, "s": 2, "replication": 2}, r"only used by kind='approximate'"),

@@ -23,10 +23,17 @@ def survivor_sets(n: int, s: int):
         yield from itertools.combinations(range(n), m)
 
 
-def constructions(n: int, s: int, p: int = 2**31 - 1, num_partitions: int | None = None):
+def constructions(
+    n: int,
+    s: int,
+    p: int = 2**31 - 1,
+    num_partitions: int | None = None,
+    *,
+    unequal_groups: bool = True,
+):
     field = PrimeField(p)
     yield PolynomialCode(n, s, field=field, num_partitions=num_partitions)
-    if n % (s + 1) == 0:
+    if unequal_groups or n % (s + 1) == 0:  # else groups of unequal size, more storage
         yield FractionalRepetitionCode(n, s, field=field, num_partitions=num_partitions)
     if s == 0:
         yield PlainAggregation(n, field=field, num_partitions=num_partitions)
@@ -74,13 +81,13 @@ def test_other_partition_counts(n, s):
 
 @pytest.mark.parametrize(("n", "s"), NS)
 def test_storage_is_the_lower_bound(n, s):
-    for code in constructions(n, s):
+    for code in constructions(n, s, unequal_groups=False):
         assert code.replication == s + 1
         assert all(len(code.holders(j)) == s + 1 for j in range(code.K))
         assert code.storage == s + 1 == code.storage_lower_bound
         assert all(len(code.support(i)) == s + 1 for i in range(n))
     for K in range(math.ceil(n / (s + 1)), 3 * n + 1):
-        for code in constructions(n, s, num_partitions=K):
+        for code in constructions(n, s, num_partitions=K, unequal_groups=False):
             assert code.storage == math.ceil(K * (s + 1) / n) == code.storage_lower_bound
 
 

@@ -20,8 +20,10 @@ def test_fractional_repetition_with_numpy_ints_is_the_same_code() -> None:
     a = FractionalRepetitionCode(np.int64(6), np.int64(2))
     b = FractionalRepetitionCode(6, 2)
     assert np.array_equal(a.matrix, b.matrix)
-    with pytest.raises(ConfigurationError, match="divide"):
-        FractionalRepetitionCode(np.int64(5), np.int64(1))
+    # (s+1) need not divide n any more: numpy ints still give the same (unequal-group) code
+    c = FractionalRepetitionCode(np.int64(5), np.int64(1))
+    assert np.array_equal(c.matrix, FractionalRepetitionCode(5, 1).matrix)
+    assert c.groups == ((0, 1, 2), (3, 4))
 
 
 @pytest.mark.parametrize("groups", [0, 7, True])

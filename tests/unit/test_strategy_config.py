@@ -18,7 +18,6 @@ from strategies import CodedSecAgg
         ({"privacy_threshold": 4}, "privacy_threshold"),
         ({"round_timeout": -1.0}, "round_timeout"),
         ({"max_weight": 0.0}, "max_weight"),
-        ({"code": "repetition", "num_stragglers": 2}, "divide"),
         ({"code": "approximate"}, "approximate"),
         ({"clip_range": 0.0}, "clip_range"),
     ],
@@ -27,6 +26,13 @@ def test_misconfiguration_is_refused_at_construction(kw, words):
     base = {"num_silos": 5, "num_stragglers": 1, "privacy_threshold": 1}
     with pytest.raises(ConfigurationError, match=words):
         CodedSecAgg(FedAvg(), **{**base, **kw})
+
+
+def test_repetition_needs_no_divisibility():
+    # s + 1 = 3 does not divide n = 5 (refused before the code took any n): one group of 5
+    s = CodedSecAgg(FedAvg(), num_silos=5, num_stragglers=2, privacy_threshold=1, code="repetition")
+    cfg = s._config(5, vector_length=4, run_id="r")
+    assert cfg.gradient_code.groups == ((0, 1, 2, 3, 4),)
 
 
 def test_wrapped_object_must_be_a_strategy():
