@@ -73,9 +73,10 @@ class CodedSecAgg(Strategy):
     headroom_bits
         Bits left free above the largest true sum when ``scale`` is unset. Without extra
         replies the range check is what catches a coordinate where replicas of a partition
-        disagree (different CPUs, thread counts, GPU vs CPU); it misses one with probability
-        about 2^-headroom_bits, and more headroom also makes replicas disagree less often
-        (a coarser quantization step).
+        disagree (different CPUs, thread counts, GPU vs CPU) when the code mixes replicas
+        (``code="polynomial"``); it misses one with probability about 2^-headroom_bits, and
+        more headroom also makes replicas disagree less often (a coarser quantization step,
+        less precision). The default code never mixes replicas.
     max_erased_fraction
         Coordinates where replicas disagree beyond what the parity checks correct are erased
         (no update there this round); a round that would erase more than this fraction is
@@ -102,7 +103,7 @@ class CodedSecAgg(Strategy):
         code: str = "auto",
         extra_replies: int = 0,
         extra_wait: float = 2.0,
-        headroom_bits: int = 12,
+        headroom_bits: int = 8,
         max_erased_fraction: float = 0.01,
         round_timeout: float = 600.0,
         recovery_timeout: float = 60.0,

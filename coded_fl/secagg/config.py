@@ -56,8 +56,10 @@ class ProtocolConfig:
         probability about 2^-headroom_bits over the configuration, for every coordinate at
         once (``docs/protocol.md``, "Replicas that disagree"); extra replies check exactly.
         More headroom also makes replicas on different machines disagree less often (a
-        coarser step: the count falls linearly with it). Default 12: at most 2^-12, and 0-1
-        disagreeing coordinates per replica of the main job after 2 epochs (2 at 8).
+        coarser step: the count falls linearly with it, 1-2 coordinates per replica of the main
+        job after 2 epochs at 8, 0-1 at 12) at the cost of precision. The default code
+        (repetition) never mixes replicas, so 8 serves it; raise it with the polynomial code
+        on sites whose machines differ.
     run_id
         Public identifier of the run: seeds and stochastic rounding derive from it (so a run
         can be repeated exactly).
@@ -76,7 +78,7 @@ class ProtocolConfig:
     num_partitions: int | None = None
     code: str = "auto"
     extra_replies: int = 0
-    headroom_bits: int = 12
+    headroom_bits: int = 8
     p: int = 2**31 - 1
     run_id: str = "run"
     session: str = ""

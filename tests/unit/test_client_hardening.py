@@ -85,7 +85,11 @@ def test_a_silo_refuses_a_configuration_below_its_minimums() -> None:
     for cfg, policy, what in (
         (CFG, ClientPolicy(min_mask_pieces=3), "U - T"),
         (CFG, ClientPolicy(min_silos=5), "number of silos"),
-        (dataclasses.replace(CFG, p=2**13 - 1), ClientPolicy(min_modulus_bits=31), "bits"),
+        (
+            dataclasses.replace(CFG, p=2**13 - 1, headroom_bits=0),
+            ClientPolicy(min_modulus_bits=31),
+            "bits",
+        ),
         (CFG, ClientPolicy(silo=2), "this node is silo 2"),
     ):
         with pytest.raises(RemoteProtocolError, match=what):

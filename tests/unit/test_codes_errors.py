@@ -35,7 +35,7 @@ from tests.codes_helpers import all_replies, partition_vectors
         ({"n": 10, "s": 1, "num_partitions": 0}, r"num_partitions=0 must be >= 1"),
         ({"n": 10, "s": 1, "kind": "repetition", "num_partitions": 4}, r"num_partitions=4 is"),
         ({"n": 10, "s": 1, "field": 7}, r"field must be a PrimeField"),
-        ({"n": 101, "s": 3, "field": PrimeField(101)}, r"p=101 must be > n"),
+        ({"n": 101, "s": 3, "kind": "polynomial", "field": PrimeField(101)}, r"p=101 must be > n"),
     ],
 )
 def test_configuration_errors_name_the_setting(kwargs, message):

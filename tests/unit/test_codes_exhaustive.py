@@ -116,7 +116,7 @@ def test_polynomial_matrix_matches_the_formula_with_python_ints():
 
 def test_make_code_picks_each_construction():
     assert type(make_code(7, 0)) is PlainAggregation
-    assert type(make_code(7, 2)) is PolynomialCode
+    assert type(make_code(7, 2)) is FractionalRepetitionCode  # auto: never mixes replicas
     assert type(make_code(6, 2, kind="repetition")) is FractionalRepetitionCode
     assert type(make_code(6, 2, kind="polynomial")) is PolynomialCode
     assert make_code(5, 1, num_partitions=9).K == 9

@@ -11,6 +11,7 @@ import torch
 
 from coded_fl.codes import (
     FractionalRepetitionCode,
+    PlainAggregation,
     PolynomialCode,
     balanced_groups,
     make_code,
@@ -130,20 +131,20 @@ def test_storage_is_below_twice_s_plus_one():
             assert (most == s + 1) == (n % (s + 1) == 0)
 
 
-def test_prefer_repetition_for_k_equal_n_is_divisibility():
+def test_prefer_repetition_whenever_the_repetition_code_exists():
     for n in range(1, 40):
         for s in range(n):
-            assert prefer_repetition(n, s) == (s >= 1 and n % (s + 1) == 0), (n, s)
+            for k in (1, 2, n, 2 * n):
+                exists = s >= 1 and k >= n // (s + 1)
+                assert prefer_repetition(n, s, k) == exists, (n, s, k)
 
 
-def test_prefer_repetition_only_at_no_extra_storage():
+def test_repetition_storage_is_the_lower_bound_exactly_when_s_plus_1_divides_n():
     for n in range(2, 20):
         for s in range(1, n):
-            for k in range(1, 3 * n):
-                if not prefer_repetition(n, s, k):
-                    continue
-                code = FractionalRepetitionCode(n, s, num_partitions=k)
-                assert code.storage <= math.ceil(k * (s + 1) / n)
+            code = FractionalRepetitionCode(n, s)
+            assert (code.storage == s + 1) == (n % (s + 1) == 0), (n, s)
+            assert code.storage <= 2 * s + 1
     # a setting the polynomial code refuses (silos without data) but repetition serves
     with pytest.raises(ConfigurationError, match="leaves silos without data"):
         PolynomialCode(11, 1, num_partitions=5)
@@ -151,11 +152,11 @@ def test_prefer_repetition_only_at_no_extra_storage():
     assert make_code(11, 1, kind="repetition", num_partitions=5).storage == 1
 
 
-def test_auto_is_unchanged_and_repetition_takes_any_n():
-    # prefer_repetition(6, 2) holds, but "auto" keeps the polynomial code for now (see its doc)
-    assert prefer_repetition(6, 2) and type(make_code(6, 2)) is PolynomialCode
-    assert type(make_code(7, 2)) is PolynomialCode
-    assert type(make_code(7, 2, kind="repetition")) is FractionalRepetitionCode
+def test_auto_picks_repetition_and_polynomial_stays_available():
+    assert type(make_code(6, 2)) is FractionalRepetitionCode
+    assert type(make_code(7, 2)) is FractionalRepetitionCode
+    assert type(make_code(7, 2, kind="polynomial")) is PolynomialCode
+    assert type(make_code(7, 0)) is PlainAggregation
 
 
 def test_shuffling_assignment_follows_the_unequal_placement():

@@ -41,6 +41,7 @@ Request = tuple[int, tuple[int, ...], np.ndarray]
 def tiny(n: int) -> ProtocolConfig:
     """GF(11), s = 1, T = 1, U = 2, d = 1: one data piece and one noise piece per silo."""
     return ProtocolConfig(
+        code="polynomial",
         num_silos=n,
         num_stragglers=1,
         privacy_threshold=1,
@@ -257,6 +258,7 @@ def test_equivocation_certificate_in_the_default_field(n, s, t, u, colluders):
     # of a(U*)^T c and H c, per slot and data piece, and with consistent replicas those are the
     # sum and zeros.
     cfg = ProtocolConfig(
+        code="polynomial",
         num_silos=n,
         num_stragglers=s,
         privacy_threshold=t,

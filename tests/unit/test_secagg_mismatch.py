@@ -14,6 +14,7 @@ def tamper(partition: int, g: torch.Tensor) -> torch.Tensor:
 
 def run(extra: int, bad: int = 2):
     cfg = ProtocolConfig(
+        code="polynomial",
         num_silos=8,
         num_stragglers=3,
         privacy_threshold=1,
@@ -49,6 +50,7 @@ def test_two_extra_replies_name_the_silo():
 
 def test_two_extra_replies_correct_a_silo_off_at_a_few_coordinates():
     cfg = ProtocolConfig(
+        code="polynomial",
         num_silos=8,
         num_stragglers=3,
         privacy_threshold=1,
@@ -73,6 +75,7 @@ def test_two_extra_replies_correct_a_silo_off_at_a_few_coordinates():
 
 def test_two_silos_off_everywhere_with_two_checks_are_detected_and_the_round_refused():
     cfg = ProtocolConfig(
+        code="polynomial",
         num_silos=8,
         num_stragglers=3,
         privacy_threshold=1,
@@ -91,7 +94,12 @@ def test_two_silos_off_everywhere_with_two_checks_are_detected_and_the_round_ref
 
 def test_float_noise_at_a_few_coordinates_is_erased_and_the_round_completes():
     cfg = ProtocolConfig(
-        num_silos=8, num_stragglers=3, privacy_threshold=1, recovery_threshold=5, vector_length=2000
+        code="polynomial",
+        num_silos=8,
+        num_stragglers=3,
+        privacy_threshold=1,
+        recovery_threshold=5,
+        vector_length=2000,
     )
     scale = cfg.quantization.scale
 
@@ -120,6 +128,7 @@ def test_float_noise_at_a_few_coordinates_is_erased_and_the_round_completes():
 
 def test_consistent_replicas_pass_the_checks():
     cfg = ProtocolConfig(
+        code="polynomial",
         num_silos=8,
         num_stragglers=3,
         privacy_threshold=1,
@@ -142,7 +151,9 @@ def test_without_extra_replies_a_one_step_disagreement_can_pass_the_range_check(
     # together. For the default field and n = 20, s = 2 this gamma is small for S = all silos
     # but 13 and 15, k = l = 7: the round succeeds with a wrong sum.
     # (at headroom_bits = 8, the documented case; 12, the default, makes such gammas 16x rarer)
-    cfg = ProtocolConfig(num_silos=20, num_stragglers=2, vector_length=64, headroom_bits=8)
+    cfg = ProtocolConfig(
+        code="polynomial", num_silos=20, num_stragglers=2, vector_length=64, headroom_bits=8
+    )
     p, code, scale = cfg.p, cfg.gradient_code, cfg.quantization.scale
     survivors = [i for i in range(20) if i not in (13, 15)]
     gamma = int(code.decoding_vector(survivors)[survivors.index(7)]) * int(code.matrix[7, 7]) % p

@@ -63,6 +63,7 @@ def exact_view_distribution(
 def test_exact_view_is_identical_for_inputs_with_the_same_sum():
     # p = 11, n = 3, s = 1, T = 1, U = 2, K = 3, d = 1: all 11^6 mask/noise combinations.
     cfg = ProtocolConfig(
+        code="polynomial",
         num_silos=3,
         num_stragglers=1,
         privacy_threshold=1,
@@ -85,6 +86,7 @@ def test_exact_view_with_parity_rows_reveals_the_replica_differences_and_nothing
     # inputs only through the sum of the replicas decoded and the syndrome, i.e. the replicas'
     # difference: two splits of the same sum give the same view; another difference shows.
     cfg = ProtocolConfig(
+        code="polynomial",
         num_silos=3,
         num_stragglers=1,
         privacy_threshold=1,
@@ -107,6 +109,7 @@ def test_exact_view_with_a_colluding_silo_reveals_nothing_more():
     # p = 11, n = 4, s = 1, T = 1, U = 2, K = 4: silo 3 colludes with the server; the honest
     # partitions it does not hold get two splits of the same sum.
     cfg = ProtocolConfig(
+        code="polynomial",
         num_silos=4,
         num_stragglers=1,
         privacy_threshold=1,
@@ -131,6 +134,7 @@ def test_exact_view_with_a_colluding_silo_reveals_nothing_more():
 def test_full_protocol_view_statistics_do_not_depend_on_the_split_of_the_sum():
     p = 13
     cfg = ProtocolConfig(
+        code="polynomial",
         num_silos=3,
         num_stragglers=1,
         privacy_threshold=1,
