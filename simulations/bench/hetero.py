@@ -108,15 +108,13 @@ def run(report: Report, *, quick: bool) -> None:
         )
         report.goal(
             f"heterogeneous silos ({where}): erased coordinates per round, mean (%)",
-            100
-            * statistics.fmean(e / int(het["vector_length"]) for e in het["ours"]["erased"]),
+            100 * statistics.fmean(e / int(het["vector_length"]) for e in het["ours"]["erased"]),
             0.1,
             applies=not quick,
         )
         report.goal(
             f"heterogeneous silos ({where}): median round time / identical silos",
-            statistics.median(het["ours"]["seconds"])
-            / statistics.median(same["ours"]["seconds"]),
+            statistics.median(het["ours"]["seconds"]) / statistics.median(same["ours"]["seconds"]),
             1.1,
             applies=not quick,
         )
