@@ -17,7 +17,8 @@ For each coded-fl message the mod drives the silo's :class:`coded_fl.secagg.Clie
   leaves it in the clear.
 
 Evaluation (and every non-``train`` message) passes through untouched. A ``train`` message
-without coded-fl content is refused with advice: the server must use ``strategies.CodedSecAgg``.
+without coded-fl content is refused with advice: the server must use
+``coded_fl_flower.CodedSecAgg``.
 
 The train function must be a deterministic function of (model, config, partition data, seed):
 it gets a fresh ``context.state`` for each partition, because replicas of a partition on other
@@ -192,7 +193,8 @@ def _handle(
     if raw is None:
         raise ConfigurationError(
             "coded_secagg_mod received a train message without coded-fl content: wrap the "
-            "server's strategy with strategies.CodedSecAgg, or remove the mod from the ClientApp"
+            "server's strategy with coded_fl_flower.CodedSecAgg, or remove the mod from the "
+            "ClientApp"
         )
     machine = _load(context, policy)  # a restarted node has none: it refuses with NEEDS_KEYS
     proto = decode(raw, limits=_limits(machine, raw))
@@ -304,7 +306,7 @@ def _partial(
     if rho > 1.0:
         raise ConfigurationError(
             f"{who} reported {spec.weight_key}={w:g}, more than max_weight={spec.max_weight:g}: "
-            f"set max_weight >= {w:g} in strategies.CodedSecAgg"
+            f"set max_weight >= {w:g} in coded_fl_flower.CodedSecAgg"
         )
     delta = (flatten(arrays) - theta) * rho
     values = {name: float(metrics.get(name, 0.0)) for name in spec.metric_keys}  # type: ignore[arg-type]

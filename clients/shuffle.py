@@ -224,7 +224,7 @@ def make_shuffle_handler(*, store_root: str | Path | None = None) -> ClientAppCa
             if packet is None:
                 raise RemoteProtocolError(
                     "a shuffle query without codedfl.shuffle content: the server must use "
-                    "strategies.shuffle.ShuffleRelay"
+                    "coded_fl_flower.ShuffleRelay"
                 )
             org_key = _org_key(context)
             machine = _load(context, org_key)

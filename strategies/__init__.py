@@ -3,7 +3,7 @@
 >>> from strategies import CodedSecAgg, ShuffleRelay
 """
 
-from strategies.coded_secagg import CodedSecAgg, RoundReport
-from strategies.shuffle import ShuffleRelay
+from .coded_secagg import CodedSecAgg, RoundReport
+from .shuffle import ShuffleRelay
 
 __all__ = ["CodedSecAgg", "RoundReport", "ShuffleRelay"]

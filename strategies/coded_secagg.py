@@ -32,9 +32,10 @@ from coded_fl.errors import CodedFLError, ConfigurationError
 from coded_fl.layout import UpdateLayout, flatten
 from coded_fl.secagg import ProtocolConfig, ServerMachine
 from coded_fl.vocabulary import TrainSpec
-from strategies.driver import RoundDriver
-from strategies.report import RoundReport, waiting_estimate
-from strategies.run import RunSettings, RunState
+
+from .driver import RoundDriver
+from .report import RoundReport, waiting_estimate
+from .run import RunSettings, RunState
 
 __all__ = ["CodedSecAgg", "RoundReport"]
 

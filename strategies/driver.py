@@ -33,13 +33,14 @@ from coded_fl.layout import flatten
 from coded_fl.secagg import RoundAborted, RoundResult
 from coded_fl.secagg.messages import RecoveryReply, Upload
 from coded_fl.vocabulary import MSG_KEY, TRAIN_KEY
-from strategies.exchange import Exchange
-from strategies.membership import Membership
-from strategies.records import keep_layout, message_record, unflatten
-from strategies.replies import feed, flower_message, late_reply
-from strategies.report import RoundReport
-from strategies.roster import RosterGrid
-from strategies.run import RunSettings, RunState
+
+from .exchange import Exchange
+from .membership import Membership
+from .records import keep_layout, message_record, unflatten
+from .replies import feed, flower_message, late_reply
+from .report import RoundReport
+from .roster import RosterGrid
+from .run import RunSettings, RunState
 
 __all__ = ["RoundDriver"]
 

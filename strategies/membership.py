@@ -11,9 +11,10 @@ from flwr.serverapp import Grid
 
 from coded_fl.errors import CodedFLError, ConfigurationError
 from coded_fl.secagg.messages import KeyReply
-from strategies.exchange import Exchange
-from strategies.replies import feed, flower_message
-from strategies.run import RunState
+
+from .exchange import Exchange
+from .replies import feed, flower_message
+from .run import RunState
 
 __all__ = ["Membership"]
 
@@ -128,7 +129,7 @@ class Membership:
             )
             hint = (
                 " A silo that fails the key exchange usually runs a ClientApp without the "
-                "coded-fl mod: use ClientApp(mods=[clients.coded_secagg_mod])."
+                "coded-fl mod: use ClientApp(mods=[coded_fl_flower.coded_secagg_mod])."
                 if errors
                 else ""
             )

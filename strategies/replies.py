@@ -17,9 +17,10 @@ from coded_fl.secagg.messages import Limits, Refusal, RefusalCode
 from coded_fl.secagg.messages import Message as ProtocolMessage
 from coded_fl.secagg.server import ServerStage
 from coded_fl.vocabulary import MSG_KEY
-from strategies.exchange import LateReply
-from strategies.records import message_from, message_record
-from strategies.run import RunState
+
+from .exchange import LateReply
+from .records import message_from, message_record
+from .run import RunState
 
 __all__ = ["feed", "flower_message", "late_reply"]
 
@@ -83,7 +84,7 @@ def feed(
         )
         if msg is None:
             raise RemoteProtocolError(
-                "replied without coded-fl content: add clients.coded_secagg_mod to its "
+                "replied without coded-fl content: add coded_fl_flower.coded_secagg_mod to its "
                 "ClientApp (ClientApp(mods=[coded_secagg_mod]))",
                 sender=silo,
             )

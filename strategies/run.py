@@ -17,7 +17,8 @@ from flwr.serverapp.strategy import Strategy
 from coded_fl.layout import UpdateLayout
 from coded_fl.secagg import ProtocolConfig, ServerMachine
 from coded_fl.vocabulary import TrainSpec
-from strategies.report import RoundReport
+
+from .report import RoundReport
 
 __all__ = ["RunSettings", "RunState"]
 

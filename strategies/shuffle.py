@@ -33,8 +33,9 @@ from flwr.serverapp import Grid
 from coded_fl.errors import CodedFLError, ConfigurationError, RemoteProtocolError
 from coded_fl.shuffling.coordinator import RelayCoordinator, ShuffleResult
 from coded_fl.shuffling.wire import Packet, ShuffleJob
-from strategies.exchange import Exchange
-from strategies.shuffle_records import SHUFFLE_MESSAGE_TYPE, packet_content, packet_from
+
+from .exchange import Exchange
+from .shuffle_records import SHUFFLE_MESSAGE_TYPE, packet_content, packet_from
 
 __all__ = ["ShuffleRelay"]
 
@@ -122,7 +123,7 @@ class ShuffleRelay:
         if packet is None:
             raise RemoteProtocolError(
                 "replied without coded-fl shuffle content: register the shuffle handler in its "
-                "ClientApp (clients.shuffle.register_shuffle(app))"
+                "ClientApp (coded_fl_flower.register_shuffle(app))"
             )
         return packet
 

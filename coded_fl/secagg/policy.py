@@ -203,7 +203,7 @@ class ClientPolicy:
                 raise RemoteProtocolError(
                     f"the server's configuration has {what} = {got}, below this silo's minimum "
                     f"{name}={least} (node config {_KEYS[name]}): raise it in "
-                    "strategies.CodedSecAgg, or lower the silo's minimum",
+                    "coded_fl_flower.CodedSecAgg, or lower the silo's minimum",
                     sender=SERVER,
                 )
         if cfg.p.bit_length() < self.min_modulus_bits:

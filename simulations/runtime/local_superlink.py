@@ -22,10 +22,11 @@ from types import TracebackType
 __all__ = ["LocalSuperLink", "offline_env"]
 
 
-def offline_env(flwr_home: Path) -> dict[str, str]:
-    """The environment for offline, private Flower commands."""
+def offline_env(flwr_home: Path, python: Path | None = None) -> dict[str, str]:
+    """The environment for offline, private Flower commands (``python``'s environment first on
+    ``PATH``; default: this interpreter's)."""
     env = dict(os.environ)
-    bindir = str(Path(sys.executable).parent)
+    bindir = str(Path(python or sys.executable).parent)
     env.update(
         PATH=bindir + os.pathsep + env.get("PATH", ""),
         FLWR_HOME=str(flwr_home),
@@ -46,20 +47,34 @@ def _free_port() -> int:
 
 
 class LocalSuperLink:
-    """``with LocalSuperLink(home) as link: out = link.run(app_dir, ...)``."""
+    """``with LocalSuperLink(home) as link: out = link.run(app_dir, ...)``.
 
-    def __init__(self, home: Path, *, start_timeout: float = 60.0) -> None:
+    ``python`` runs Flower from another environment (its ``flower-superlink`` and ``flwr``, and
+    its interpreter for everything they start); ``cwd`` is the working folder of all of them
+    (default: this process's; Ray puts the driver's working folder on its workers' ``sys.path``).
+    """
+
+    def __init__(
+        self,
+        home: Path,
+        *,
+        start_timeout: float = 60.0,
+        python: Path | None = None,
+        cwd: Path | None = None,
+    ) -> None:
         self.home = Path(home)
         self.start_timeout = start_timeout
         self.port = _free_port()
-        self.env = offline_env(self.home)
+        self.bindir = Path(python or sys.executable).parent
+        self.cwd = cwd
+        self.env = offline_env(self.home, python)
         self.proc: subprocess.Popen[bytes] | None = None
 
     def __enter__(self) -> LocalSuperLink:
         self.home.mkdir(parents=True, exist_ok=True)
         log = (self.home / "superlink.log").open("wb")
         cmd = [
-            str(Path(sys.executable).parent / "flower-superlink"),
+            str(self.bindir / "flower-superlink"),
             "--insecure",
             "--simulation",
             "--host",
@@ -72,7 +87,12 @@ class LocalSuperLink:
             str(self.home / "state.db"),
         ]
         self.proc = subprocess.Popen(
-            cmd, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            cmd,
+            env=self.env,
+            cwd=self.cwd,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
         deadline = time.monotonic() + self.start_timeout
         while time.monotonic() < deadline:
@@ -102,7 +122,7 @@ class LocalSuperLink:
         able to run at once); returns the streamed output. Raises on a non-zero exit or a
         timeout."""
         cmd = [
-            str(Path(sys.executable).parent / "flwr"),
+            str(self.bindir / "flwr"),
             "run",
             str(app_dir),
             "local-test",
@@ -114,7 +134,13 @@ class LocalSuperLink:
         if run_config:
             cmd += ["--run-config", run_config]
         done = subprocess.run(
-            cmd, env=self.env, capture_output=True, text=True, timeout=timeout, check=False
+            cmd,
+            env=self.env,
+            cwd=self.cwd,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
         )
         out = done.stdout + done.stderr
         if done.returncode != 0:

@@ -238,7 +238,7 @@ def test_nan_updates_abort_the_round_and_leave_the_model_unchanged(outcomes):
 def test_a_mod_without_the_strategy_fails_fast_naming_the_fix(outcomes):
     reasons = _ok(outcomes["mod_without_strategy"])  # type: ignore[arg-type]
     assert len(reasons) == N
-    assert all("strategies.CodedSecAgg" in r for r in reasons)
+    assert all("coded_fl_flower.CodedSecAgg" in r for r in reasons)
 
 
 def test_fewer_nodes_than_silos_is_a_clear_error(outcomes):

@@ -46,7 +46,7 @@ def apply_guide(dst: Path) -> None:
 def test_guide_has_blocks_for_both_sides_and_the_project_is_ordinary():
     blocks = guide_blocks()
     files = {p for p, _, _ in blocks}
-    assert files == {"quickstart/server_app.py", "quickstart/client_app.py"}
+    assert files == {"quickstart/server_app.py", "quickstart/client_app.py", "pyproject.toml"}
     for path in files:
         assert "coded" not in (PROJECT / path).read_text().lower()  # plain Flower before
 

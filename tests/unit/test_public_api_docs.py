@@ -18,7 +18,7 @@ from collections.abc import Iterator
 
 import pytest
 
-PACKAGES = ("coded_fl", "strategies", "clients")
+PACKAGES = ("coded_fl", "coded_fl_flower", "strategies", "clients")
 
 
 def _modules() -> Iterator[str]:
