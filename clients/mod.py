@@ -28,6 +28,7 @@ silos do not share this silo's state.
 from __future__ import annotations
 
 import hashlib
+import math
 import random
 import time
 
@@ -45,10 +46,21 @@ from flwr.app import (
 )
 from flwr.clientapp.typing import ClientAppCallable, Mod
 
-from coded_fl.errors import ConfigurationError, InputError, RemoteProtocolError
+from coded_fl.errors import (
+    ConfigurationError,
+    InputError,
+    RemoteProtocolError,
+    WeightBoundError,
+)
 from coded_fl.kernels import warm_up
 from coded_fl.layout import UpdateLayout, check_same_layout, flatten
-from coded_fl.secagg.client import ClientMachine, TrainTask, misconfigured, refusal_for
+from coded_fl.secagg.client import (
+    ClientMachine,
+    TrainTask,
+    misconfigured,
+    refusal_for,
+    weight_bound,
+)
 from coded_fl.secagg.messages import KeyRequest, Limits, decode, encode, peek_header
 from coded_fl.secagg.messages import Message as ProtocolMessage
 from coded_fl.secagg.policy import ClientPolicy
@@ -210,6 +222,8 @@ def _handle(
         t0 = time.perf_counter()
         try:
             partials = _train_partitions(msg, context, call_next, out, machine)
+        except WeightBoundError as exc:  # the automatic weight bound is too small: typed
+            return _reply(msg, weight_bound(proto, str(exc), exc.bound))
         except ConfigurationError as exc:  # a setting the server must hear about, typed
             return _reply(msg, misconfigured(proto, str(exc)))
         info["train-seconds"] = time.perf_counter() - t0
@@ -303,6 +317,13 @@ def _partial(
     if not w > 0:
         raise InputError(f"{who} reported {spec.weight_key}={w}; it must be > 0")
     rho = w / spec.max_weight
+    if rho > 1.0 and spec.auto_weight:
+        bound = 1 << max(0, math.ceil(math.log2(w)))
+        raise WeightBoundError(
+            f"{who} reported {spec.weight_key}={w:g}, more than the automatic weight bound "
+            f"{spec.max_weight:g}: asking for {bound}",
+            bound,
+        )
     if rho > 1.0:
         raise ConfigurationError(
             f"{who} reported {spec.weight_key}={w:g}, more than max_weight={spec.max_weight:g}: "

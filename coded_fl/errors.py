@@ -28,6 +28,7 @@ __all__ = [
     "LocalProtocolError",
     "NeedsKeysError",
     "RemoteProtocolError",
+    "WeightBoundError",
 ]
 
 
@@ -67,6 +68,19 @@ class ExceedsLimitsError(RemoteProtocolError):
     longer vector than its :class:`~coded_fl.secagg.policy.ClientPolicy` maxima). Refused before
     anything proportional to the request is built; the silo answers with a typed refusal
     (code ``MISCONFIGURED``) whose detail names the node-config setting to raise."""
+
+
+class WeightBoundError(ConfigurationError):
+    """A partition reported more examples than the round's automatic weight bound.
+
+    Not a fault: the silo answers with a typed refusal (code ``WEIGHT_BOUND``) carrying
+    ``bound``, the smallest power of two that holds the weight, and the server reruns the round
+    with the bound raised (only the bound is revealed, not the weight).
+    """
+
+    def __init__(self, message: str, bound: int) -> None:
+        super().__init__(message)
+        self.bound = bound
 
 
 class DecodingError(CodedFLError):

@@ -225,6 +225,9 @@ class TrainSpec:
         W, the largest sample weight a partition may report.
     metric_keys
         Train metrics aggregated securely (weighted by the sample weights).
+    auto_weight
+        W is the server's automatic bound (a power of two): a larger weight is answered with
+        a ``WEIGHT_BOUND`` refusal asking for the bound it needs, not refused as a setting.
     """
 
     arrays_key: str = "arrays"
@@ -232,6 +235,7 @@ class TrainSpec:
     weight_key: str = "num-examples"
     max_weight: float = 1000.0
     metric_keys: tuple[str, ...] = ()
+    auto_weight: bool = False
 
     def to_dict(self) -> dict[str, str | float]:
         """The entries of the :data:`TRAIN_KEY` config record."""
@@ -241,6 +245,7 @@ class TrainSpec:
             "weight-key": self.weight_key,
             "max-weight": float(self.max_weight),
             "metric-keys": ",".join(self.metric_keys),
+            "auto-weight": int(self.auto_weight),
         }
 
     @classmethod
@@ -260,6 +265,7 @@ class TrainSpec:
                 weight_key=str(entries["weight-key"]),
                 max_weight=float(entries["max-weight"]),  # type: ignore[arg-type]
                 metric_keys=tuple(k for k in keys.split(",") if k),
+                auto_weight=bool(int(entries.get("auto-weight", 0))),  # type: ignore[call-overload]
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise RemoteProtocolError(f"malformed '{TRAIN_KEY}' record: {exc}") from None

@@ -41,6 +41,9 @@ __all__ = ["CodedSecAgg", "RoundReport"]
 
 LOG = logging.getLogger("flwr")
 
+#: The automatic weight bound's first value (a power of two; raised as silos ask).
+AUTO_WEIGHT_START = 1024.0
+
 
 class CodedSecAgg(Strategy):
     """Straggler-tolerant secure aggregation wrapped around ``strategy``.
@@ -63,7 +66,11 @@ class CodedSecAgg(Strategy):
     scale
         Quantization scale; default the finest that cannot wrap around (with headroom).
     max_weight
-        W, the largest sample weight (``num-examples``) a partition may report.
+        W, the largest sample weight (``num-examples``) a partition may report. Default
+        (None): automatic. W starts at 1,024 and a silo whose partition holds more asks for
+        the power of two it needs (a typed refusal that reveals that bound, not the weight):
+        the round is rerun at once with W raised, and W stays there (the server learns
+        nothing else; the rerun costs one more local training in that round only).
     metric_keys
         Train metrics to aggregate securely (weighted by the sample weights).
     code
@@ -99,7 +106,7 @@ class CodedSecAgg(Strategy):
         num_silos: int | None = None,
         clip_range: float = 1.0,
         scale: float | None = None,
-        max_weight: float = 1000.0,
+        max_weight: float | None = None,
         metric_keys: Iterable[str] = (),
         code: str = "auto",
         extra_replies: int = 0,
@@ -133,8 +140,12 @@ class CodedSecAgg(Strategy):
             raise ConfigurationError(
                 f"max_erased_fraction must be a number in [0, 1), got {max_erased_fraction!r}"
             )
-        if not (isinstance(max_weight, (int, float)) and max_weight > 0):
-            raise ConfigurationError(f"max_weight must be > 0, got {max_weight!r}")
+        if max_weight is not None and not (
+            isinstance(max_weight, (int, float)) and math.isfinite(max_weight) and max_weight > 0
+        ):
+            raise ConfigurationError(
+                f"max_weight must be a finite number > 0 or None (automatic), got {max_weight!r}"
+            )
         self.strategy = strategy
         self.num_stragglers = num_stragglers
         self.privacy_threshold = privacy_threshold
@@ -160,8 +171,9 @@ class CodedSecAgg(Strategy):
             arrays_key=getattr(strategy, "arrayrecord_key", "arrays"),
             config_key=getattr(strategy, "configrecord_key", "config"),
             weight_key=getattr(strategy, "weighted_by_key", "num-examples"),
-            max_weight=float(max_weight),
+            max_weight=AUTO_WEIGHT_START if max_weight is None else float(max_weight),
             metric_keys=tuple(metric_keys),
+            auto_weight=max_weight is None,
         )
         #: the state of the latest run (made fresh by every start())
         self._run: RunState | None = None
@@ -181,7 +193,7 @@ class CodedSecAgg(Strategy):
             self.num_silos or "all",
             self.clip_range,
             self.code,
-            self.spec.max_weight,
+            "auto" if self.spec.auto_weight else self.spec.max_weight,
         )
         self.strategy.summary()
 
@@ -362,6 +374,7 @@ class CodedSecAgg(Strategy):
             machine=ServerMachine(cfg, max_erased_fraction=self.max_erased_fraction),
             node_of=dict(enumerate(nodes)),
             limit=float(timeout),
+            weight_bound=self.spec.max_weight,
         )
         self._run = state
         driver = RoundDriver(self._settings(), grid, state)

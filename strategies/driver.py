@@ -23,6 +23,7 @@ import io
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import replace
 
 from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
 from flwr.serverapp import Grid
@@ -117,6 +118,11 @@ class RoundDriver:
             roster_grid = RosterGrid(self.grid, [st.node_of[i] for i in range(st.config.n)])
             st.misconfigured.clear()
             report = self.train_round(r, roster_grid, arrays, train_config)
+            reruns = 0
+            while reruns < MAX_WEIGHT_RERUNS and not report.ok and self._raise_weight_bound(r):
+                reruns += 1
+                report = self.train_round(r, roster_grid, arrays, train_config)
+            report.round_trips += reruns  # each refused attempt cost a train round trip
             if not report.ok:
                 self._stop_if_hopeless(report)
             report.rekeyed = rekeyed
@@ -146,13 +152,33 @@ class RoundDriver:
         _log_final(result, time.time() - t_start)
         return result
 
+    def _raise_weight_bound(self, r: int) -> bool:
+        """After a round silos refused for the automatic weight bound: raise it to what they
+        asked for and say so; False when there is nothing to raise (or the bound is fixed)."""
+        st = self.state
+        needed, st.weight_needed = st.weight_needed, 0
+        st.weight_refused.clear()
+        if not self.settings.spec.auto_weight or needed <= st.weight_bound:
+            return False
+        LOG.info(
+            "[coded-fl] round %d: a partition holds more examples than the weight bound %g: "
+            "bound raised to %d, round rerun",
+            r,
+            st.weight_bound,
+            needed,
+        )
+        st.weight_bound = float(needed)
+        st.round_offset += 1
+        return True
+
     # ------------------------------------------------------------------ one round
     def train_round(
         self, r: int, roster_grid: RosterGrid, arrays: ArrayRecord, train_config: ConfigRecord
     ) -> RoundReport:
         """Train requests to every silo, the first max(n-s, U) uploads, recovery, the sum."""
         st, machine, settings, ex = self.state, self.state.machine, self.settings, self.exchange
-        spec = settings.spec
+        spec = replace(settings.spec, max_weight=st.weight_bound)
+        st.weight_needed, st.weight_refused = 0, set()
         t0 = time.monotonic()
         report = RoundReport(round=r, ok=False, silos=st.config.n)
         inner_msgs = list(
@@ -168,7 +194,7 @@ class RoundDriver:
         send_arrays = content.get(spec.arrays_key, arrays)
         send_config = content[spec.config_key] if spec.config_key in content else ConfigRecord()
         train_msgs = []
-        for req in machine.start_round(r):
+        for req in machine.start_round(r + st.round_offset):
             rec = RecordDict(
                 {
                     spec.arrays_key: send_arrays,
@@ -193,7 +219,7 @@ class RoundDriver:
             feed(st, st.silo_of[node], reply, Upload, report.errors)
             if machine.uploads_complete:
                 return True
-            if len(ids) - len(st.misconfigured) < st.config.min_uploads:
+            if len(ids) - len(st.misconfigured) - len(st.weight_refused) < st.config.min_uploads:
                 # too many silos refused because of a setting: no wait can complete the round
                 # (other failures may be transient, e.g. a node restarting: the round waits)
                 return True
@@ -268,7 +294,7 @@ class RoundDriver:
             return report
         theta = flatten(arrays)
         new = unflatten(theta + decoded.mean_delta.to(theta.dtype), arrays)
-        report.total_weight = decoded.total_rho * spec.max_weight
+        report.total_weight = decoded.total_rho * st.weight_bound
         report.clipped_fraction = decoded.clipped_fraction
         if decoded.clipped_fraction > CLIP_WARNING:
             LOG.warning(
@@ -351,6 +377,9 @@ class RoundDriver:
         )
         return inner.aggregate_evaluate(r, replies)
 
+
+#: Reruns of one round with a raised automatic weight bound (each at least doubles it).
+MAX_WEIGHT_RERUNS = 8
 
 #: Erased or disagreeing coordinates (fraction of the round's) above which the causes are named.
 DISAGREEMENT_WARNING = 1e-3

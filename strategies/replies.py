@@ -104,7 +104,8 @@ def feed(
 def _refused(
     state: RunState, msg: Refusal, errors: dict[int, str], accused: dict[int, str] | None
 ) -> None:
-    """Act on a typed refusal: rekey a silo without keys, record an accusation."""
+    """Act on a typed refusal: rekey a silo without keys, record a setting or a weight bound
+    that stops the round, record an accusation."""
     silo = msg.sender
     if msg.digest != state.config.digest:
         raise RemoteProtocolError("refusal of a message of another session", sender=silo)
@@ -113,6 +114,9 @@ def _refused(
         state.needs_keys.add(silo)
     elif msg.code == RefusalCode.MISCONFIGURED:
         state.misconfigured[silo] = errors[silo]
+    elif msg.code == RefusalCode.WEIGHT_BOUND:
+        state.weight_refused.add(silo)
+        state.weight_needed = max(state.weight_needed, int(msg.bound))
     elif (
         msg.code == RefusalCode.ACCUSES
         and accused is not None

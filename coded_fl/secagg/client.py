@@ -81,6 +81,7 @@ __all__ = [
     "TrainTask",
     "misconfigured",
     "refusal_for",
+    "weight_bound",
 ]
 
 SHARE_PURPOSE = b"mask-share"
@@ -179,6 +180,35 @@ def misconfigured(request: Message, detail: str) -> Refusal:
         recipient=SERVER,
         code=RefusalCode.MISCONFIGURED,
         detail=detail,
+    )
+
+
+def weight_bound(request: Message, detail: str, bound: int) -> Refusal:
+    """The typed refusal of a silo whose partition holds more examples than the round's
+    automatic weight bound (the silo's state is left as before the round).
+
+    Parameters
+    ----------
+    request
+        The train request the silo cannot serve with that bound.
+    detail
+        What happened (no secret).
+    bound
+        The smallest power of two that holds the partition's weight.
+
+    Returns
+    -------
+    Refusal
+        Code ``WEIGHT_BOUND``.
+    """
+    return Refusal(
+        digest=request.digest,
+        round=request.round,
+        sender=request.recipient,
+        recipient=SERVER,
+        code=RefusalCode.WEIGHT_BOUND,
+        detail=detail,
+        bound=bound,
     )
 
 

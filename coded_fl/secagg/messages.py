@@ -146,12 +146,16 @@ class RefusalCode(IntEnum):
     ``MISCONFIGURED``: the silo cannot take part because of a setting (e.g. a partition larger
     than ``max_weight``, a model that does not match the configuration); the detail names it.
     When more silos refuse so than a round can spare, no round can complete and the server
-    stops the run with that message.
+    stops the run with that message. ``WEIGHT_BOUND``: a partition reported more examples than
+    the round's automatic weight bound W (the strategy's ``max_weight=None``); ``bound`` is the
+    smallest power of two that holds the silo's largest partition weight, and the server reruns
+    the round with W raised to it (a fixed ``max_weight`` gives ``MISCONFIGURED`` instead).
     """
 
     NEEDS_KEYS = 1
     ACCUSES = 2
     MISCONFIGURED = 3
+    WEIGHT_BOUND = 4
 
     @property
     def label(self) -> str:
@@ -162,19 +166,23 @@ class RefusalCode(IntEnum):
 #: Longest human-readable detail a refusal carries (bytes of UTF-8).
 MAX_DETAIL_BYTES = 512
 
+#: Largest weight bound a refusal may ask for (far beyond any dataset, exact in a float64).
+MAX_WEIGHT_BOUND = 1 << 62
+
 
 @dataclass(frozen=True)
 class Refusal(Message):
     """Silo -> server: a typed refusal of the server's message (see :class:`RefusalCode`).
 
-    The server acts on ``code`` and ``accused`` only; ``detail`` is for people (no secret ever
-    goes into it) and is cut to :data:`MAX_DETAIL_BYTES`.
+    The server acts on ``code``, ``accused`` and ``bound`` only; ``detail`` is for people (no
+    secret ever goes into it) and is cut to :data:`MAX_DETAIL_BYTES`.
     """
 
     TYPE: ClassVar[int] = 7
     code: RefusalCode = RefusalCode.NEEDS_KEYS
     accused: int | None = None
     detail: str = ""
+    bound: int = 0  # WEIGHT_BOUND: the weight bound the silo needs (a power of two), else 0
 
 
 _NO_SILO = -2  # the encoding of Refusal.accused = None
@@ -321,7 +329,9 @@ def _encode(msg: Message) -> bytes:
     elif isinstance(msg, Refusal):
         accused = _NO_SILO if msg.accused is None else int(msg.accused)
         detail = msg.detail.encode("utf-8")[:MAX_DETAIL_BYTES]
-        parts.append(struct.pack("<Bi", int(msg.code), accused))
+        if not 0 <= int(msg.bound) <= MAX_WEIGHT_BOUND:
+            raise InputError(f"refusal bound must be in [0, 2^62], got {msg.bound}")
+        parts.append(struct.pack("<BiQ", int(msg.code), accused, int(msg.bound)))
         parts.append(_blob(detail.decode("utf-8", "ignore").encode("utf-8")))
     else:  # pragma: no cover - every subclass is handled above
         raise InputError(f"cannot encode {type(msg).__name__}")
@@ -532,11 +542,18 @@ def decode(buf: bytes | bytearray | memoryview, *, limits: Limits | None = None)
         keys = tuple(r.blob(key_size, "public key") for _ in range(n))
         msg = RecoveryRequest(**head, survivors=survivors, weights=weights, shares=boxes, keys=keys)
     elif cls is Refusal:
-        code, accused = r.unpack("<Bi")
+        code, accused, bound = r.unpack("<BiQ")
         try:
             reason = RefusalCode(code)
         except ValueError:
             raise RemoteProtocolError(f"unknown refusal code {code}") from None
+        if bound > MAX_WEIGHT_BOUND or (bound != 0) != (reason == RefusalCode.WEIGHT_BOUND):
+            raise RemoteProtocolError(
+                f"refusal bound {bound} does not fit code {reason.label} (a power of two "
+                "<= 2^62 for a weight-bound refusal, 0 otherwise)"
+            )
+        if bound and bound & (bound - 1):
+            raise RemoteProtocolError(f"refusal bound {bound} is not a power of two")
         (size,) = r.unpack("<I")
         if size > MAX_DETAIL_BYTES:
             raise RemoteProtocolError(f"refusal detail exceeds {MAX_DETAIL_BYTES} bytes")
@@ -545,6 +562,7 @@ def decode(buf: bytes | bytearray | memoryview, *, limits: Limits | None = None)
             code=reason,
             accused=None if accused == _NO_SILO else accused,
             detail=bytes(r.take(size)).decode("utf-8", "replace"),
+            bound=bound,
         )
     else:
         rows, cols = r.unpack("<II")

@@ -112,7 +112,7 @@ def main(grid: Grid, context: Context) -> None:
         recovery_threshold=int(rc["recovery-threshold"]) or None,
         clip_range=float(rc["clip-range"]),
         scale=float(rc["scale"]) or None,
-        max_weight=float(rc["max-weight"]),
+        max_weight=float(rc["max-weight"]) or None,
         metric_keys=("train_loss",),
         extra_replies=int(rc["extra-replies"]),
         code=str(rc.get("code", "auto")),

@@ -73,7 +73,11 @@ def fields(raw: bytes) -> list[Field]:
     elif kind == 6:  # RecoveryReply
         out += [Field(pos, "count", "rows"), Field(pos + 4, "count", "cols")]
     elif kind == 7:  # Refusal
-        out += [Field(pos + 1, "id", "accused"), Field(pos + 5, "length", "detail")]
+        out += [
+            Field(pos + 1, "id", "accused"),
+            Field(pos + 5, "count", "bound"),  # the low half of the 8-byte bound
+            Field(pos + 13, "length", "detail"),
+        ]
     return out
 
 

@@ -141,7 +141,9 @@ def recording() -> Recording:
             s.receive(rep)
         assert isinstance(s.finish(), RoundResult)
 
-    def refusal(code: RefusalCode, accused: int | None, cfg: ProtocolConfig = CFG) -> Refusal:
+    def refusal(
+        code: RefusalCode, accused: int | None, cfg: ProtocolConfig = CFG, bound: int = 0
+    ) -> Refusal:
         return Refusal(
             digest=cfg.digest,
             round=2,
@@ -150,6 +152,7 @@ def recording() -> Recording:
             code=code,
             accused=accused,
             detail="fuzz",
+            bound=bound,
         )
 
     other_key = KeyRequest(
@@ -165,6 +168,7 @@ def recording() -> Recording:
             refusal(RefusalCode.ACCUSES, 3),
             refusal(RefusalCode.ACCUSES, SILO),
             refusal(RefusalCode.NEEDS_KEYS, None, OTHER),
+            refusal(RefusalCode.WEIGHT_BOUND, None, bound=2048),
         ],
         "foreign": [key_requests[SILO], rounds[2]["train"][SILO], rounds[2]["recovery"][SILO]],
     }

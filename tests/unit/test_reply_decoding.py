@@ -327,3 +327,35 @@ def test_an_error_that_comes_after_its_stage_closed_still_reaches_its_rounds_rep
     # a node that is no silo of the run changes nothing
     late_reply(state, LateReply(999, "train", 1, 9.5, True, "x"), _error_reply("x"))
     assert 999 not in report.errors and state.late_errors == {}
+
+
+def test_a_weight_bound_refusal_carries_a_power_of_two_and_nothing_else_does():
+    base = Refusal(
+        digest=CFG.digest,
+        round=1,
+        sender=2,
+        recipient=SERVER,
+        code=RefusalCode.WEIGHT_BOUND,
+        detail="partition 3 holds 5,000 examples",
+        bound=8192,
+    )
+    assert decode(encode(base)) == base
+    for code, bound in (
+        (RefusalCode.WEIGHT_BOUND, 0),
+        (RefusalCode.WEIGHT_BOUND, 3000),
+        (RefusalCode.MISCONFIGURED, 8192),
+    ):
+        raw = encode(Refusal(**{**base.__dict__, "code": code, "bound": 0}))
+        forged = raw[: -4 - len(base.detail)]  # cut the detail blob off, patch the bound
+        head = len(forged) - 8
+        forged = forged[:head] + struct.pack("<Q", bound) + struct.pack("<I", 0)
+        with pytest.raises(RemoteProtocolError, match="bound"):
+            decode(forged)
+
+
+def test_the_train_spec_says_whether_the_weight_bound_is_automatic():
+    spec = TrainSpec(max_weight=1024.0, auto_weight=True)
+    assert TrainSpec.from_dict(spec.to_dict()) == spec
+    # a record without the entry (an older server) is a fixed bound
+    old = {k: v for k, v in spec.to_dict().items() if k != "auto-weight"}
+    assert TrainSpec.from_dict(old).auto_weight is False

@@ -183,10 +183,11 @@ class FakeGrid(Grid):
         return self.pull_messages(self.push_messages(messages))
 
 
-def _strategy(n: int, *, extra: int = 0) -> CodedSecAgg:
+def _strategy(n: int, *, extra: int = 0, max_weight: float | None = None) -> CodedSecAgg:
     return CodedSecAgg(
         FedAvg(fraction_evaluate=0.0, min_available_nodes=n, min_train_nodes=n),
         num_silos=n,
+        max_weight=max_weight,
         num_stragglers=1,
         privacy_threshold=1,
         extra_replies=extra,
@@ -378,7 +379,7 @@ def test_a_setting_that_stops_every_round_stops_the_run_after_the_first() -> Non
     # every partition has 5000 examples, more than max_weight = 1000: no round can complete,
     # so the run stops after round 1 with the silos' reason instead of aborting every round
     grid = FakeGrid(4, node_config={"test-examples": 5000})
-    s = _strategy(4)
+    s = _strategy(4, max_weight=1000.0)  # a fixed bound: the user's setting
     with pytest.raises(ConfigurationError, match=r"cannot complete.*max_weight=1000"):
         _start(s, grid, 3)
     assert len(s.reports) == 1 and not s.reports[0].ok
@@ -387,10 +388,38 @@ def test_a_setting_that_stops_every_round_stops_the_run_after_the_first() -> Non
 def test_one_misconfigured_silo_is_only_a_straggler() -> None:
     grid = FakeGrid(4)
     grid.contexts[100].node_config["test-examples"] = 5000  # silo 0 alone (s = 1)
-    s = _strategy(4)
+    s = _strategy(4, max_weight=1000.0)
     _start(s, grid, 2)
     assert all(r.ok for r in s.reports)
     assert all(0 in r.stragglers and "max_weight" in r.errors[0] for r in s.reports)
+
+
+def test_the_automatic_weight_bound_rises_to_real_dataset_sizes_and_the_round_completes() -> None:
+    # every partition has 50,000 examples (CIFAR-10 over one silo), no max_weight given: round 1
+    # is refused for the bound (1,024), rerun at once with the 65,536 the silos asked for, and
+    # completes; later rounds start there. The weighted average is exact: every partition has
+    # the same weight, so it is the plain mean of 0.01 (k + 1) over k = 0..3 = 0.025.
+    grid = FakeGrid(4, node_config={"test-examples": 50_000})
+    s = _strategy(4)
+    _start(s, grid, 2)
+    assert [r.ok for r in s.reports] == [True, True], [r.reason for r in s.reports]
+    assert s._run is not None and s._run.weight_bound == 65_536
+    assert s.reports[0].round_trips == 3 and s.reports[1].round_trips == 2  # one rerun
+    assert s.reports[0].total_weight == pytest.approx(4 * 50_000, rel=1e-4)
+    final = s.reports[-1].arrays
+    assert final is not None
+    np.testing.assert_allclose(final["w"].numpy(), 0.05, atol=1e-4)  # two rounds of +0.025
+
+
+def test_one_silo_that_asks_for_a_larger_bound_alone_is_a_straggler_and_nothing_reruns() -> None:
+    grid = FakeGrid(4)
+    grid.contexts[100].node_config["test-examples"] = 5000  # silo 0 alone (s = 1)
+    s = _strategy(4)
+    _start(s, grid, 2)
+    assert all(r.ok for r in s.reports)
+    assert all(r.round_trips == 2 and 0 in r.stragglers for r in s.reports)
+    assert "automatic weight bound" in s.reports[0].errors[0]
+    assert s._run is not None and s._run.weight_bound == 1024
 
 
 def test_too_few_nodes_for_s_and_t_says_how_many_are_needed() -> None:
