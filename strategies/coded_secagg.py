@@ -363,6 +363,7 @@ class CodedSecAgg(Strategy):
         except ConfigurationError as exc:
             raise self._too_few(n) or exc from None
         LOG.info("[coded-fl] %s", cfg.describe())
+        LOG.info("[coded-fl] training seeds and rounding keys derive from %r", cfg.seed_id)
         LOG.info(
             "[coded-fl] partitions per silo: %s",
             {i: list(cfg.gradient_code.support(i)) for i in range(min(n, 12))},

@@ -162,10 +162,11 @@ class RoundDriver:
             return False
         LOG.info(
             "[coded-fl] round %d: a partition holds more examples than the weight bound %g: "
-            "bound raised to %d, round rerun",
+            "bound raised to %d, round rerun (protocol round %d)",
             r,
             st.weight_bound,
             needed,
+            r + st.round_offset + 1,
         )
         st.weight_bound = float(needed)
         st.round_offset += 1

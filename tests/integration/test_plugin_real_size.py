@@ -1,0 +1,88 @@
+"""The README's plug-in guide on a project at a real dataset size (issue 15, item 7).
+
+`tests/integration/quickstart_large` is an ordinary Flower project in the PyTorch quickstart
+style: 20,000 examples per partition (far above the old fixed weight bound of 1,000), shuffles
+from torch's global RNG that the project never seeds, and a server-side ``evaluate_fn``. The
+README's lines are applied and nothing else (no ``max_weight``, no ``clip_range``). The run must
+complete its round, and its model must be plain FedAvg's round-1 model within quantization
+error: the test retrains every partition here with the seeds the mod used (the session's seed
+id and the protocol round are in the server's log) and averages them.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import random
+import re
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from clients.mod import partition_seed
+from coded_fl.quantize import QuantizationConfig
+from tests.integration.test_plugin_guide import apply_guide
+
+PROJECT = Path(__file__).with_name("quickstart_large")
+N, PARTITION = 4, 20_000
+
+
+def _task(dst: Path):  # type: ignore[no-untyped-def]
+    path = dst / "quickstart" / "task.py"
+    spec = importlib.util.spec_from_file_location("quickstart_large_task", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_the_guide_at_a_real_dataset_size_matches_plain_fedavg_round_one(tmp_path):
+    from simulations.runtime.local_superlink import LocalSuperLink
+
+    dst = tmp_path / "quickstart"
+    shutil.copytree(PROJECT, dst, ignore=shutil.ignore_patterns("__pycache__"))
+    apply_guide(dst)
+    models = tmp_path / "models"
+    models.mkdir()
+    with LocalSuperLink(tmp_path / "flwr-home") as link:
+        out = link.run(dst, num_supernodes=N, run_config=f'model-dir="{models}"', timeout=600)
+    assert "[coded-fl] round 1: used" in out, out[-3000:]
+    assert "ABORTED" not in out, out[-3000:]
+    assert "Global evaluation" in out  # Flower's own output stays
+    seed_id = re.search(r"derive from '([^']+)'", out)
+    assert seed_id is not None, out[-3000:]
+    # the weight bound rose by itself from 1,024 to 32,768 (20,000 examples), so round 1 ran
+    # as protocol round 2
+    rerun = re.search(r"bound raised to (\d+), round rerun \(protocol round (\d+)\)", out)
+    assert rerun is not None and int(rerun.group(1)) == 32_768, out[-3000:]
+    protocol_round = int(rerun.group(2))
+
+    task = _task(dst)
+    initial = torch.load(models / "initial_model.pt")
+    final = torch.load(models / "final_model.pt")
+    torch.set_num_threads(1)
+    states = []
+    for k in range(N):  # plain FedAvg's round 1 with the seeds every replica of k used
+        seed = partition_seed(seed_id.group(1), protocol_round, k)
+        torch.manual_seed(seed)
+        np.random.seed(seed % 2**32)
+        random.seed(seed)
+        net = task.Net()
+        net.load_state_dict(initial)
+        trainset, _ = task.load_data(k, N)
+        task.train(net, trainset, 1, 0.05)
+        states.append(net.state_dict())
+    # equal partition sizes: FedAvg's weights are equal
+    ref = {name: sum(s[name] for s in states) / N for name in states[0]}
+    # quantization error: K stochastic roundings of step 1/scale, divided by the total weight
+    # sum_k w_k / W (clip_range 1, the default scale: 8 bits of headroom)
+    scale = QuantizationConfig.for_summands(N, clip_range=1.0, headroom_bits=8).scale
+    bound = N / scale / (N * PARTITION / 32_768)
+    worst = max(float((final[name] - ref[name]).abs().max()) for name in ref)
+    moved = max(float((ref[name] - initial[name]).abs().max()) for name in ref)
+    assert moved > 100 * bound  # round 1 changed the model far more than the tolerance
+    assert worst <= bound + 1e-6, (worst, bound)  # + float32 noise of a different thread count
