@@ -108,6 +108,7 @@ class Report:
                 "measured": measured,
                 "target": target,
                 "met": bool(met),
+                "direction": "<=" if lower_is_better else ">=",
                 "at_full_size": applies,
             }
         )

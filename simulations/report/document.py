@@ -85,14 +85,20 @@ def summary_rows(benches: dict[str, dict[str, Any]]) -> list[list[Any]]:
             met = "MET" if g["met"] else "**NOT MET**"
             if not g.get("at_full_size", True) or b.get("quick"):
                 met += " (quick run, not the goal's size)"
-            # the JSON keeps no direction: it is the one under which "met" is right
-            le = (g["measured"] <= g["target"]) == g["met"]
+            # newer JSON says the direction; older JSON keeps none: it is the one under which
+            # "met" is right (undecidable when the measured value is the target itself)
+            if "direction" in g:
+                sign = g["direction"]
+            elif g["measured"] == g["target"]:
+                sign = "at"
+            else:
+                sign = "<=" if (g["measured"] <= g["target"]) == g["met"] else ">="
             rows.append(
                 [
                     name,
                     g["goal"],
                     _fmt(g["measured"]),
-                    f"{'<=' if le else '>='} {_fmt(g['target'])}",
+                    f"{sign} {_fmt(g['target'])}",
                     met,
                     b["machine"].get("date", ""),
                 ]
