@@ -153,12 +153,19 @@ class RoundDriver:
         return result
 
     def _raise_weight_bound(self, r: int) -> bool:
-        """After a round silos refused for the automatic weight bound: raise it to what they
-        asked for and say so; False when there is nothing to raise (or the bound is fixed)."""
+        """After a round that more silos refused for the automatic weight bound than a round
+        can spare: raise it and say so; False when there is nothing to raise (or the bound is
+        fixed). The new bound is the (spare + 1)-th largest asked for: every partition's s + 1
+        or more holders ask for its bound, and no set of silos that a round could do without
+        (a few misbehaving ones) can push W up (a huge W would cost every silo precision)."""
         st = self.state
-        needed, st.weight_needed = st.weight_needed, 0
-        st.weight_refused.clear()
-        if not self.settings.spec.auto_weight or needed <= st.weight_bound:
+        asked = sorted(st.weight_refused.values(), reverse=True)
+        st.weight_refused = {}
+        spare = st.config.n - st.config.min_uploads
+        if not self.settings.spec.auto_weight or len(asked) <= spare:
+            return False
+        needed = asked[spare]
+        if needed <= st.weight_bound:
             return False
         LOG.info(
             "[coded-fl] round %d: a partition holds more examples than the weight bound %g: "
@@ -179,7 +186,7 @@ class RoundDriver:
         """Train requests to every silo, the first max(n-s, U) uploads, recovery, the sum."""
         st, machine, settings, ex = self.state, self.state.machine, self.settings, self.exchange
         spec = replace(settings.spec, max_weight=st.weight_bound)
-        st.weight_needed, st.weight_refused = 0, set()
+        st.weight_refused = {}
         t0 = time.monotonic()
         report = RoundReport(round=r, ok=False, silos=st.config.n)
         inner_msgs = list(

@@ -115,8 +115,7 @@ def _refused(
     elif msg.code == RefusalCode.MISCONFIGURED:
         state.misconfigured[silo] = errors[silo]
     elif msg.code == RefusalCode.WEIGHT_BOUND:
-        state.weight_refused.add(silo)
-        state.weight_needed = max(state.weight_needed, int(msg.bound))
+        state.weight_refused[silo] = int(msg.bound)
     elif (
         msg.code == RefusalCode.ACCUSES
         and accused is not None

@@ -85,10 +85,10 @@ class RunState:
         Silos that refused with ``NEEDS_KEYS``: rekeyed before the next round.
     misconfigured
         Silo -> detail, for silos that refused the current round because of a setting.
-    weight_bound, weight_needed, weight_refused
+    weight_bound, weight_refused
         The sample-weight bound W the rounds use (the strategy's ``max_weight``, or the
-        automatic one), the largest bound silos asked for in the current round with a
-        ``WEIGHT_BOUND`` refusal (0: none), and those silos.
+        automatic one), and silo -> the bound it asked for in the current round with a
+        ``WEIGHT_BOUND`` refusal.
     round_offset
         Protocol rounds = Flower round + this: a round rerun with a raised weight bound takes
         the next protocol round number (a silo never trains one protocol round twice).
@@ -109,8 +109,7 @@ class RunState:
     needs_keys: set[int] = field(default_factory=set)
     misconfigured: dict[int, str] = field(default_factory=dict)
     weight_bound: float = 0.0
-    weight_needed: int = 0
-    weight_refused: set[int] = field(default_factory=set)
+    weight_refused: dict[int, int] = field(default_factory=dict)
     round_offset: int = 0
 
     def __post_init__(self) -> None:
