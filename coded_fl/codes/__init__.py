@@ -7,9 +7,9 @@ S the survivors, a the decoding vector with :math:`a^T B_S = 1^T`.
   ``decode``, ``check_consistency``).
 - :class:`PolynomialCode`: exact for every n and s (Reed-Solomon style, O(|S|^2) decoding
   coefficients).
-- :class:`FractionalRepetitionCode`: any n > s, 0/1 coefficients, cheapest decode, never
-  mixes replicas; as little storage as the polynomial code when (s+1) | n, more otherwise
-  (:func:`spread_partitions`); :class:`PlainAggregation` is s = 0.
+- :class:`FractionalRepetitionCode`: any n > s, one public scale per silo, one reply per group
+  to decode, never mixes replicas; as little storage as the polynomial code when (s+1) | n,
+  more otherwise (:func:`spread_partitions`); :class:`PlainAggregation` is s = 0.
 - :class:`ApproximateCode`: fewer copies, best estimate with an error bound.
 - :class:`RealGradientCode`: the real-valued baseline (ill-conditioned; for comparison only).
 - :func:`make_code`: picks one from (n, s) (:func:`prefer_repetition` for ``"auto"``).

@@ -38,7 +38,7 @@ def prefer_repetition(n: int, s: int, num_partitions: int | None = None) -> bool
     job's CNN, 2 local epochs, half the silos on 2 torch threads (n = 10, s = 2,
     ``python -m simulations.bench hetero``): the polynomial code erased 2-9 coordinates per round
     and in round 2 lost 4,765 of 11,124 coordinates (the round refused), where the repetition
-    code completed every round with nothing erased. It also decodes with coefficients 0/1
+    code completed every round with nothing erased. It also decodes with one scalar per group
     from one reply per group, does not need p > n and decodes every survivor set that keeps a
     silo per group. Its cost: when :math:`(s+1) \\nmid n` its busiest silo trains on
     :math:`\\lceil K/g \\rceil` partitions instead of s + 1 (for K = n, n = 2..100,

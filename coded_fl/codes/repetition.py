@@ -1,8 +1,12 @@
 """Repetition codes: silos in groups, every member of a group holds the group's partitions.
 
-Silo i replies with the plain sum of its group's partitions (0/1 coefficients). One reply per
-group gives the exact total, so decoding reads only one vector per group and multiplies by 1:
-the cheapest decode there is.
+Silo i replies with the sum of its group's partitions times a public pseudo-random nonzero
+scale r_i (1 for plain aggregation). One reply per group gives the exact total, so decoding
+reads only one vector per group and multiplies it by r_i^-1: one scalar multiply per group.
+The scale costs nothing in the encode (a coefficient like any other) and makes an error in one
+reply reach the sum as a random-looking field element, which the range check refuses with
+probability 1 - 2^-headroom_bits; with coefficients 1 a small error (a flipped low bit) would
+be a plausible sum.
 
 **Fractional repetition** (Tandon et al., ICML 2017, there for :math:`(s+1) \\mid n`; here
 any :math:`n > s`): :math:`g = \\lfloor n/(s+1) \\rfloor` groups of at least :math:`s + 1`
@@ -23,16 +27,17 @@ replies of its group that agree with each other form a strict majority there (on
 reply needs two honest ones beside it). Otherwise the whole group is named as suspects.
 
 >>> code = FractionalRepetitionCode(6, 2)
->>> code.support(4), code.coefficients(4).tolist()
-((3, 4, 5), [1, 1, 1])
->>> code.decoding_vector([5, 0, 1, 4]).tolist()  # smallest survivor of each group
-[0, 1, 0, 1]
+>>> code.support(4), len(set(code.coefficients(4).tolist()))  # one scale r_4 for the row
+((3, 4, 5), 1)
+>>> (code.decoding_vector([5, 0, 1, 4]) != 0).tolist()  # smallest survivor of each group
+[False, True, False, True]
 >>> FractionalRepetitionCode(7, 2).groups  # 7 silos, s = 2: groups of 4 and 3
 ((0, 1, 2, 3), (4, 5, 6))
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 
 import numpy as np
@@ -217,10 +222,15 @@ class GroupCode(GradientCode):
         here as even as possible: partition j in group :math:`\\lfloor j g / K \\rfloor`."""
         return _even_counts(self.K, self._num_groups)
 
+    def _scales(self) -> np.ndarray:
+        """Silo -> the nonzero coefficient of its reply (every coefficient of its row); 1 here."""
+        return np.ones(self.n, dtype=np.int64)
+
     def _build_matrix(self) -> np.ndarray:
         b = np.zeros((self.n, self.K), dtype=np.int64)
+        r = self._scales()
         for j, hs in enumerate(self._holders):
-            b[list(hs), j] = 1
+            b[list(hs), j] = r[list(hs)]
         return b
 
     def _lost_groups(self, survivors: Sequence[int]) -> list[int]:
@@ -237,12 +247,13 @@ class GroupCode(GradientCode):
                 + self._lost_hint()
             )
         a = np.zeros(len(survivors), dtype=np.int64)
+        r = self._scales()
         seen: set[int] = set()
         for k, i in enumerate(survivors):  # sorted: the first of a group is its smallest id
             q = self.group_of(i)
             if q not in seen:
                 seen.add(q)
-                a[k] = 1
+                a[k] = pow(int(r[i]), -1, self.field.p)
         return a
 
     def _lost_hint(self) -> str:
@@ -260,6 +271,13 @@ class GroupCode(GradientCode):
         by_group: dict[int, list[int]] = {}
         for k, i in enumerate(ids):
             by_group.setdefault(self.group_of(i), []).append(k)
+        r = self._scales()
+        if bool((r != 1).any()):  # compare the sums the replies scale: r_i^-1 y_i
+            p = self.field.p
+            vectors = [
+                v if r[i] == 1 else self.field.lincomb([pow(int(r[i]), -1, p)], [v])
+                for i, v in zip(ids, vectors, strict=True)
+            ]
         suspects: list[int] = []
         checked = 0
         for members in by_group.values():
@@ -291,7 +309,7 @@ class GroupCode(GradientCode):
 
 
 class FractionalRepetitionCode(GroupCode):
-    """Fractional repetition for any :math:`n \\ge s + 1`: 0/1 coefficients, exact for any
+    """Fractional repetition for any :math:`n \\ge s + 1`: one scale per silo, exact for any
     :math:`n - s` replies, decoded from one reply per group, never mixing replicas (see the
     module documentation).
 
@@ -361,6 +379,22 @@ class FractionalRepetitionCode(GroupCode):
 
     def _partition_counts(self) -> list[int]:
         return spread_partitions([len(grp) for grp in self._groups], self.K)
+
+    def _scales(self) -> np.ndarray:
+        """Silo i scales its reply by a public pseudo-random nonzero r_i (s >= 1), and the
+        decoding vector reads r_i^-1 of it. Replicas are still never mixed, and an error in
+        one reply (a flipped bit, a tampered value) reaches the sum multiplied by r_i^-1: a
+        random-looking field element that the range check refuses with probability
+        1 - 2^-headroom_bits, as with the polynomial code, where with coefficients 1 a small
+        error would be a plausible value. s = 0 (plain aggregation) keeps coefficients 1."""
+        if self.s == 0:
+            return super()._scales()
+        p = self.field.p
+        out = np.empty(self.n, dtype=np.int64)
+        for i in range(self.n):
+            h = hashlib.sha256(f"codedfl-repetition-scale/{p}/{self.n}/{i}".encode()).digest()
+            out[i] = 1 + int.from_bytes(h[:8], "little") % (p - 1)
+        return out
 
 
 class PlainAggregation(FractionalRepetitionCode):

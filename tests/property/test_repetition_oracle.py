@@ -41,8 +41,11 @@ def check_code(code, sets):
     p, n, K = code.field.p, code.n, code.K
     B = [[int(v) for v in row] for row in code.matrix]
     held = [{j for j in range(K) if B[i][j]} for i in range(n)]
-    # every partition has >= s + 1 holders; entries are 0/1
-    assert all(v in (0, 1) for row in B for v in row)
+    # every partition has >= s + 1 holders; silo i's entries are 0 or its one scale r_i != 0
+    # (1 for plain aggregation)
+    assert all(len({v for v in row if v}) == 1 for row in B)
+    if code.s == 0:
+        assert all(v in (0, 1) for row in B for v in row)
     assert all(sum(1 for i in range(n) if B[i][j]) >= code.s + 1 for j in range(K))
     # holders of a partition hold exactly the same partitions (a group code)
     for j in range(K):
@@ -52,7 +55,8 @@ def check_code(code, sets):
         a = [int(v) for v in code.decoding_vector(list(S))]
         assert satisfies_decoding(a, code.matrix[list(S)], p), (code, S)
         used = [i for i, ai in zip(S, a, strict=True) if ai]
-        assert all(ai in (0, 1) for ai in a)
+        # a reads r_i^-1 of the silos it uses, 0 elsewhere
+        assert all(ai == 0 or ai * max(B[i]) % p == 1 for i, ai in zip(S, a, strict=True))
         # every partition covered exactly once, by exactly one used silo: no replica mixing
         for j in range(K):
             assert sum(1 for i in used if B[i][j]) == 1, (code, S, j)

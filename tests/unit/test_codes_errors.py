@@ -112,7 +112,8 @@ def test_encode_refuses_wrong_partials():
 
 def test_repetition_and_approximate_name_lost_partitions():
     code = FractionalRepetitionCode(6, 1)
-    assert code.decoding_vector([0, 2, 4, 5, 1]).tolist() == [1, 1, 1, 0, 0]
+    # one reply per group (its smallest surviving id), read through r_i^-1
+    assert (code.decoding_vector([0, 2, 4, 5, 1]) != 0).tolist() == [True] * 3 + [False] * 2
     approx = ApproximateCode(6, 3, replication=2)
     with pytest.raises(DecodingError, match=r"partition\(s\) \[2, 3\].*estimate\(\)"):
         approx.decoding_vector([0, 1, 4])

@@ -85,7 +85,13 @@ def test_unequal_groups_example():
     assert code.groups == ((0, 1, 2, 3), (4, 5, 6))
     assert [code.support(i) for i in range(7)] == [(0, 1, 2)] * 4 + [(3, 4, 5, 6)] * 3
     assert code.storage == 4 and code.replication == 3
-    assert code.decoding_vector([1, 2, 3, 5, 6]).tolist() == [1, 0, 0, 1, 0]
+    a = code.decoding_vector([1, 2, 3, 5, 6])
+    assert (a != 0).tolist() == [True, False, False, True, False]
+    # silo i's reply is scaled by a public pseudo-random r_i, read back with r_i^-1
+    r1, r5 = int(code.matrix[1, 0]), int(code.matrix[5, 3])
+    p = code.field.p
+    assert r1 not in (0, 1) and (int(a[0]) * r1 % p, int(a[3]) * r5 % p) == (1, 1)
+    assert set(code.coefficients(1).tolist()) == {r1}  # one scale per silo
     code = FractionalRepetitionCode(10, 2)  # groups of 4, 3, 3
     assert [len(g) for g in code.groups] == [4, 3, 3]
     assert [len(code.support(g[0])) for g in code.groups] == [2, 4, 4]
