@@ -84,5 +84,8 @@ def test_the_guide_at_a_real_dataset_size_matches_plain_fedavg_round_one(tmp_pat
     bound = N / scale / (N * PARTITION / 32_768)
     worst = max(float((final[name] - ref[name]).abs().max()) for name in ref)
     moved = max(float((ref[name] - initial[name]).abs().max()) for name in ref)
+    print(
+        f"max |coded - plain FedAvg| = {worst:.3g} (bound {bound:.3g}); round 1 moved {moved:.3g}"
+    )
     assert moved > 100 * bound  # round 1 changed the model far more than the tolerance
     assert worst <= bound + 1e-6, (worst, bound)  # + float32 noise of a different thread count
