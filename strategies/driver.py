@@ -159,8 +159,7 @@ class RoundDriver:
         or more holders ask for its bound, and no set of silos that a round could do without
         (a few misbehaving ones) can push W up (a huge W would cost every silo precision)."""
         st = self.state
-        asked = sorted(st.weight_refused.values(), reverse=True)
-        st.weight_refused = {}
+        asked = sorted(st.weight_refused.values(), reverse=True)  # train_round resets it
         spare = st.config.n - st.config.min_uploads
         if not self.settings.spec.auto_weight or len(asked) <= spare:
             return False

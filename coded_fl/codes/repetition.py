@@ -228,7 +228,7 @@ class GroupCode(GradientCode):
 
     def _build_matrix(self) -> np.ndarray:
         b = np.zeros((self.n, self.K), dtype=np.int64)
-        r = self._scales()
+        r = self._row_scale = self._scales()  # once: decoding and the checks read it
         for j, hs in enumerate(self._holders):
             b[list(hs), j] = r[list(hs)]
         return b
@@ -247,7 +247,7 @@ class GroupCode(GradientCode):
                 + self._lost_hint()
             )
         a = np.zeros(len(survivors), dtype=np.int64)
-        r = self._scales()
+        r = self._row_scale
         seen: set[int] = set()
         for k, i in enumerate(survivors):  # sorted: the first of a group is its smallest id
             q = self.group_of(i)
@@ -271,7 +271,7 @@ class GroupCode(GradientCode):
         by_group: dict[int, list[int]] = {}
         for k, i in enumerate(ids):
             by_group.setdefault(self.group_of(i), []).append(k)
-        r = self._scales()
+        r = self._row_scale
         if bool((r != 1).any()):  # compare the sums the replies scale: r_i^-1 y_i
             p = self.field.p
             vectors = [
