@@ -332,6 +332,6 @@ def _partial(
     delta = (flatten(arrays) - theta) * rho
     values = {name: float(metrics.get(name, 0.0)) for name in spec.metric_keys}  # type: ignore[arg-type]
     try:
-        return lay.pack(delta, rho=rho, clip_range=c, metrics=values)
+        return lay.pack(delta, rho=rho, clip_range=c, metrics=values, delta_scale=spec.delta_scale)
     except InputError as exc:
         raise InputError(f"{who}: {exc}") from None

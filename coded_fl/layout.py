@@ -109,6 +109,7 @@ class UpdateLayout:
         rho: float,
         clip_range: float,
         metrics: Mapping[str, float] | None = None,
+        delta_scale: float = 1.0,
     ) -> torch.Tensor:
         """Partition k's vector.
 
@@ -123,6 +124,9 @@ class UpdateLayout:
         metrics
             Values of :attr:`metric_keys` (a missing one counts 0); clipped to
             +-:data:`METRIC_BOUND`.
+        delta_scale
+            g (a power of two): the model coordinates are packed divided by it, so entries
+            up to g c fit (:attr:`coded_fl.vocabulary.TrainSpec.delta_scale`).
 
         Returns
         -------
@@ -136,6 +140,8 @@ class UpdateLayout:
             (0, 1], or a metric is NaN/Inf (it would otherwise pass as +-METRIC_BOUND).
         """
         flat = weighted_delta.detach().reshape(-1).to(torch.float32)
+        if delta_scale != 1.0:
+            flat = flat / float(delta_scale)  # a power of two: exact, replicas stay identical
         if flat.numel() != self.model_size:
             raise InputError(f"update has {flat.numel()} values, the model {self.model_size}")
         if not (math.isfinite(rho) and 0 < rho <= 1):
@@ -155,7 +161,12 @@ class UpdateLayout:
         return torch.cat([flat, torch.tensor(extras, dtype=torch.float32)])
 
     def unpack(
-        self, total: torch.Tensor, *, clip_range: float, erased: Sequence[int] = ()
+        self,
+        total: torch.Tensor,
+        *,
+        clip_range: float,
+        erased: Sequence[int] = (),
+        delta_scale: float = 1.0,
     ) -> DecodedUpdate:
         """Read a decoded, dequantized sum of packed vectors.
 
@@ -170,6 +181,8 @@ class UpdateLayout:
             gets no update (0 in ``total``), an erased metric is left out, an erased clip rate
             reads as 0; the weight cannot be erased (it is exact in every replica, so an
             erased weight means a broken silo).
+        delta_scale
+            The g the vectors were packed with (the model coordinates are multiplied by it).
 
         Returns
         -------
@@ -202,7 +215,7 @@ class UpdateLayout:
             if d + 2 + j not in gone
         }
         return DecodedUpdate(
-            mean_delta=total[:d] / total_rho,
+            mean_delta=(total[:d] / total_rho) * float(delta_scale),  # g: a power of two
             total_rho=total_rho,
             clipped_fraction=float(total[d + 1]) / c / total_rho,
             metrics=metrics,

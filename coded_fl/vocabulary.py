@@ -37,6 +37,7 @@ from coded_fl.errors import RemoteProtocolError
 __all__ = [
     "FRAME_ARRAY",
     "INFO_KEY",
+    "MAX_DELTA_SCALE",
     "MSG_KEY",
     "ORG_KEY_FILE_NODE_KEY",
     "PARTITION_ENTRY",
@@ -79,6 +80,9 @@ SHUFFLE_ACTION = "codedfl_shuffle"
 
 #: Name of the one uint8 array inside a framed record.
 FRAME_ARRAY = "msg"
+
+#: The largest :attr:`TrainSpec.delta_scale` (a clip range 2^16 times the configured one).
+MAX_DELTA_SCALE = 2.0**16
 
 
 def is_ours(key: str) -> bool:
@@ -228,6 +232,11 @@ class TrainSpec:
     auto_weight
         W is the server's automatic bound (a power of two): a larger weight is answered with
         a ``WEIGHT_BOUND`` refusal asking for the bound it needs, not refused as a setting.
+    delta_scale
+        g, a power of two >= 1 chosen by the server for the round: the model entries are
+        packed as :math:`(w_k / W)(\\theta_k - \\theta) / g`, so the round's clip range is
+        effectively :math:`g c` (and its quantization step g times coarser). The server raises
+        it after a round that clipped (:mod:`strategies.driver`); public, like W.
     """
 
     arrays_key: str = "arrays"
@@ -236,6 +245,7 @@ class TrainSpec:
     max_weight: float = 1000.0
     metric_keys: tuple[str, ...] = ()
     auto_weight: bool = False
+    delta_scale: float = 1.0
 
     def to_dict(self) -> dict[str, str | float]:
         """The entries of the :data:`TRAIN_KEY` config record."""
@@ -246,6 +256,7 @@ class TrainSpec:
             "max-weight": float(self.max_weight),
             "metric-keys": ",".join(self.metric_keys),
             "auto-weight": int(self.auto_weight),
+            "delta-scale": float(self.delta_scale),
         }
 
     @classmethod
@@ -266,6 +277,7 @@ class TrainSpec:
                 max_weight=float(entries["max-weight"]),  # type: ignore[arg-type]
                 metric_keys=tuple(k for k in keys.split(",") if k),
                 auto_weight=bool(int(entries.get("auto-weight", 0))),  # type: ignore[call-overload]
+                delta_scale=float(entries.get("delta-scale", 1.0)),  # type: ignore[arg-type]
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise RemoteProtocolError(f"malformed '{TRAIN_KEY}' record: {exc}") from None
@@ -273,5 +285,12 @@ class TrainSpec:
             # every partition's weight is divided by it
             raise RemoteProtocolError(
                 f"'{TRAIN_KEY}' record: max-weight must be finite and > 0, got {spec.max_weight}"
+            )
+        g = spec.delta_scale
+        if not (math.isfinite(g) and 1 <= g <= MAX_DELTA_SCALE and math.frexp(g)[0] == 0.5):
+            # a power of two: dividing by it is exact in float32, so replicas stay identical
+            raise RemoteProtocolError(
+                f"'{TRAIN_KEY}' record: delta-scale must be a power of two in [1, "
+                f"{MAX_DELTA_SCALE:g}], got {g}"
             )
         return spec

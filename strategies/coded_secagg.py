@@ -13,6 +13,9 @@ had sent it, so server-side optimisers (FedAdam, FedYogi, FedAvgM, ...) work unc
 ``configure_train`` still makes the train config (FedProx's ``proximal-mu`` etc.) and evaluation
 is the wrapped strategy's, passed through. A round that cannot complete leaves the model as it
 was and says why.
+
+Length: about 280 lines of code; the rest documents every setting (the constructor's docstring
+is the user's reference) and the Strategy interface.
 """
 
 from __future__ import annotations
@@ -62,7 +65,15 @@ class CodedSecAgg(Strategy):
         n; default: all nodes connected once the wrapped strategy's ``min_available_nodes``
         are there.
     clip_range
-        Each entry of :math:`(w_k/W)(\\theta_k - \\theta)` is clipped to this range.
+        c: each entry of :math:`(w_k/W)(\\theta_k - \\theta)` is clipped to this range (times
+        the round's delta scale g with ``adaptive_clip``).
+    adaptive_clip
+        Default True: after a round whose decoded sum says some entry was clipped, the round
+        is discarded and rerun at once with the range g c four times wider (g a power of two
+        sent with the train request, at most 2^16), and g stays there: the aggregate is
+        never clipped, at the cost of one more local training in such a round and a quantization
+        step g times coarser. The server learns only that clipping happened (the clip rate is
+        part of the sum already). False: clip, and warn when more than 0.1 % of entries clip.
     scale
         Quantization scale; default the finest that cannot wrap around (with headroom).
     max_weight
@@ -105,6 +116,7 @@ class CodedSecAgg(Strategy):
         recovery_threshold: int | None = None,
         num_silos: int | None = None,
         clip_range: float = 1.0,
+        adaptive_clip: bool = True,
         scale: float | None = None,
         max_weight: float | None = None,
         metric_keys: Iterable[str] = (),
@@ -152,6 +164,7 @@ class CodedSecAgg(Strategy):
         self.recovery_threshold = recovery_threshold
         self.num_silos = num_silos
         self.clip_range = clip_range
+        self.adaptive_clip = bool(adaptive_clip)
         self.scale = scale
         self.code = code
         self.extra_replies = extra_replies
@@ -185,6 +198,7 @@ class CodedSecAgg(Strategy):
 
     # ------------------------------------------------------------------ Strategy interface
     def summary(self) -> None:
+        """Log the coded-fl settings, then the wrapped strategy's summary."""
         LOG.info(
             "\t├──> CodedSecAgg: s=%s T=%s U=%s n=%s clip_range=%s code=%s max_weight=%s",
             self.num_stragglers,
@@ -200,6 +214,7 @@ class CodedSecAgg(Strategy):
     def configure_train(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
     ) -> Iterable[Message]:
+        """The wrapped strategy's train messages (``start`` drives the rounds itself)."""
         raise CodedFLError(
             "CodedSecAgg runs its own round loop (it must act on the first replies): call "
             "strategy.start(grid=..., initial_arrays=..., num_rounds=...) instead of driving "
@@ -209,16 +224,19 @@ class CodedSecAgg(Strategy):
     def aggregate_train(
         self, server_round: int, replies: Iterable[Message]
     ) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        """The wrapped strategy's aggregate (``start`` hands it the decoded average)."""
         return self.strategy.aggregate_train(server_round, replies)
 
     def configure_evaluate(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
     ) -> Iterable[Message]:
+        """The wrapped strategy's evaluation messages, passed through."""
         return self.strategy.configure_evaluate(server_round, arrays, config, grid)
 
     def aggregate_evaluate(
         self, server_round: int, replies: Iterable[Message]
     ) -> MetricRecord | None:
+        """The wrapped strategy's evaluation aggregate, passed through."""
         return self.strategy.aggregate_evaluate(server_round, replies)
 
     # ------------------------------------------------------------------ configuration
@@ -393,6 +411,7 @@ class CodedSecAgg(Strategy):
             evaluate_timeout=self.evaluate_timeout,
             poll_interval=self.poll_interval,
             progress=self.progress,
+            adaptive_clip=self.adaptive_clip,
         )
 
     # ------------------------------------------------------------------ the latest run

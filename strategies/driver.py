@@ -15,6 +15,10 @@ it; a second ``start`` makes new ones, so two runs never mix. Per round the driv
 A silo's reply that cannot be read or is refused makes that silo a straggler of the round
 (reported in :attr:`RoundReport.errors`); a round that cannot complete leaves the model as it
 was and says why.
+
+Length: about 370 lines of code in one class, because every stage (train, recovery and its
+retries, the reruns for the weight bound and the clip range, apply, evaluate) reads and writes
+the same per-run state; the membership, reply handling and reports already live beside it.
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ from coded_fl.errors import ConfigurationError, DecodingError
 from coded_fl.layout import flatten
 from coded_fl.secagg import RoundAborted, RoundResult
 from coded_fl.secagg.messages import RecoveryReply, Upload
-from coded_fl.vocabulary import MSG_KEY, TRAIN_KEY
+from coded_fl.vocabulary import MAX_DELTA_SCALE, MSG_KEY, TRAIN_KEY
 
 from .exchange import Exchange
 from .membership import Membership
@@ -48,6 +52,8 @@ __all__ = ["RoundDriver"]
 LOG = logging.getLogger("flwr")
 #: Above this weighted fraction of clipped update entries a round warns.
 CLIP_WARNING = 1e-3
+#: With ``adaptive_clip``, how much a round that clipped widens the clip range (2 bits).
+CLIP_WIDENING = 4.0
 
 
 def _numbers(record: MetricRecord) -> dict[str, float]:
@@ -118,11 +124,16 @@ class RoundDriver:
             roster_grid = RosterGrid(self.grid, [st.node_of[i] for i in range(st.config.n)])
             st.misconfigured.clear()
             report = self.train_round(r, roster_grid, arrays, train_config)
-            reruns = 0
-            while reruns < MAX_WEIGHT_RERUNS and not report.ok and self._raise_weight_bound(r):
+            reruns, discarded_trips = 0, 0
+            while (
+                reruns < MAX_RERUNS
+                and not report.ok
+                and (self._raise_weight_bound(r) or self._widen_clip_range(r))
+            ):
                 reruns += 1
+                discarded_trips += report.round_trips
                 report = self.train_round(r, roster_grid, arrays, train_config)
-            report.round_trips += reruns  # each refused attempt cost a train round trip
+            report.round_trips += discarded_trips  # refused or clipped attempts cost theirs
             if not report.ok:
                 self._stop_if_hopeless(report)
             report.rekeyed = rekeyed
@@ -178,14 +189,35 @@ class RoundDriver:
         st.round_offset += 1
         return True
 
+    def _widen_clip_range(self, r: int) -> bool:
+        """After a round whose decoded sum says entries were clipped (with ``adaptive_clip``):
+        widen the clip range four times (the delta scale g) and say so; False when nothing
+        clipped or g is at its largest. The clipped round was discarded before the wrapped
+        strategy saw it, so the model is unchanged."""
+        st = self.state
+        clipped, st.clipped = st.clipped, 0.0
+        if not (self.settings.adaptive_clip and clipped > 0 and st.delta_scale < MAX_DELTA_SCALE):
+            return False
+        st.delta_scale = min(MAX_DELTA_SCALE, st.delta_scale * CLIP_WIDENING)
+        LOG.info(
+            "[coded-fl] round %d: %.3g%% of the update entries would have been clipped: clip "
+            "range widened to %g, round rerun (protocol round %d)",
+            r,
+            100 * clipped,
+            st.config.clip_range * st.delta_scale,
+            r + st.round_offset + 1,
+        )
+        st.round_offset += 1
+        return True
+
     # ------------------------------------------------------------------ one round
     def train_round(
         self, r: int, roster_grid: RosterGrid, arrays: ArrayRecord, train_config: ConfigRecord
     ) -> RoundReport:
         """Train requests to every silo, the first max(n-s, U) uploads, recovery, the sum."""
         st, machine, settings, ex = self.state, self.state.machine, self.settings, self.exchange
-        spec = replace(settings.spec, max_weight=st.weight_bound)
-        st.weight_refused = {}
+        spec = replace(settings.spec, max_weight=st.weight_bound, delta_scale=st.delta_scale)
+        st.weight_refused, st.clipped = {}, 0.0
         t0 = time.monotonic()
         report = RoundReport(round=r, ok=False, silos=st.config.n)
         inner_msgs = list(
@@ -293,24 +325,42 @@ class RoundDriver:
         _warn_disagreement(report, st.layout.length)
         try:
             decoded = st.layout.unpack(
-                res.total, clip_range=st.config.clip_range, erased=res.erased.tolist()
+                res.total,
+                clip_range=st.config.clip_range,
+                erased=res.erased.tolist(),
+                delta_scale=st.delta_scale,
             )
         except DecodingError as exc:
             report.reason = str(exc)
             report.seconds = time.monotonic() - t0
             return report
+        report.clipped_fraction = decoded.clipped_fraction
+        report.clip_range = st.config.clip_range * st.delta_scale
+        if (
+            self.settings.adaptive_clip
+            and decoded.clipped_fraction > 0
+            and st.delta_scale < MAX_DELTA_SCALE
+        ):
+            st.clipped = decoded.clipped_fraction  # the run loop widens the range and reruns
+            report.reason = (
+                f"{100 * decoded.clipped_fraction:.3g}% of the update entries were clipped to "
+                f"{report.clip_range:g}"
+            )
+            report.seconds = time.monotonic() - t0
+            return report
         theta = flatten(arrays)
         new = unflatten(theta + decoded.mean_delta.to(theta.dtype), arrays)
         report.total_weight = decoded.total_rho * st.weight_bound
-        report.clipped_fraction = decoded.clipped_fraction
         if decoded.clipped_fraction > CLIP_WARNING:
             LOG.warning(
-                "[coded-fl] round %d: %.3g%% of the update entries were clipped to clip_range=%g "
-                "(the aggregate differs from plain FedAvg there): raise clip_range or lower the "
-                "learning rate",
+                "[coded-fl] round %d: %.3g%% of the update entries were clipped to %g (the "
+                "aggregate differs from plain FedAvg there): %s",
                 report.round,
                 100 * decoded.clipped_fraction,
-                st.config.clip_range,
+                report.clip_range,
+                "raise clip_range or lower the learning rate"
+                if st.delta_scale >= MAX_DELTA_SCALE
+                else "set adaptive_clip=True, raise clip_range or lower the learning rate",
             )
         metrics: dict[str, int | float | list[int] | list[float]] = {
             spec.weight_key: report.total_weight,
@@ -386,7 +436,7 @@ class RoundDriver:
 
 
 #: Reruns of one round with a raised automatic weight bound (each at least doubles it).
-MAX_WEIGHT_RERUNS = 8
+MAX_RERUNS = 8
 
 #: Erased or disagreeing coordinates (fraction of the round's) above which the causes are named.
 DISAGREEMENT_WARNING = 1e-3

@@ -26,6 +26,9 @@ class RoundReport:
     total_weight, clipped_fraction, metrics
         The decoded total sample weight, the weighted fraction of clipped update entries, and
         the securely aggregated train metrics.
+    clip_range
+        The clip range the round used: ``clip_range`` times the round's delta scale (it widens
+        after a round that clipped, with ``adaptive_clip``).
     evaluate_metrics, server_metrics
         The wrapped strategy's aggregated client-side evaluation, and ``evaluate_fn``'s
         server-side evaluation, as they are named (no prefix added).
@@ -62,6 +65,7 @@ class RoundReport:
     seconds: float = 0.0
     total_weight: float = 0.0
     clipped_fraction: float = 0.0
+    clip_range: float = 0.0
     metrics: dict[str, float] = field(default_factory=dict)
     evaluate_metrics: dict[str, float] = field(default_factory=dict)
     server_metrics: dict[str, float] = field(default_factory=dict)

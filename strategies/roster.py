@@ -29,6 +29,7 @@ class GridView(Grid):
         self._grid = grid
 
     def set_run(self, run_id: int) -> None:  # type: ignore[override]
+        """Delegate to the wrapped grid."""
         self._grid.set_run(run_id)  # type: ignore[arg-type]
 
     @property
@@ -44,23 +45,29 @@ class GridView(Grid):
         group_id: str,
         ttl: float | None = None,
     ) -> Message:
+        """Delegate to the wrapped grid."""
         return self._grid.create_message(content, message_type, dst_node_id, group_id, ttl)
 
     def get_node_ids(self) -> Iterable[int]:
+        """Delegate to the wrapped grid."""
         return self._grid.get_node_ids()
 
     def get_nodes(self):
+        """Delegate to the wrapped grid."""
         return self._grid.get_nodes()
 
     def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
+        """Delegate to the wrapped grid."""
         return self._grid.push_messages(messages)
 
     def pull_messages(self, message_ids: Iterable[str]) -> Iterable[Message]:
+        """Delegate to the wrapped grid."""
         return self._grid.pull_messages(message_ids)
 
     def send_and_receive(
         self, messages: Iterable[Message], *, timeout: float | None = None
     ) -> Iterable[Message]:
+        """Delegate to the wrapped grid."""
         return self._grid.send_and_receive(messages, timeout=timeout)
 
 
@@ -80,8 +87,10 @@ class RosterGrid(GridView):
         self._nodes = list(nodes)
 
     def get_node_ids(self) -> Iterable[int]:
+        """The roster's nodes only (what the wrapped strategy may sample)."""
         return list(self._nodes)
 
     def get_nodes(self):
+        """The roster's nodes only, with their metadata."""
         wanted = set(self._nodes)
         return [n for n in self._grid.get_nodes() if getattr(n, "node_id", None) in wanted]

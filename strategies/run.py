@@ -41,6 +41,8 @@ class RunSettings:
         Seconds between pulls that brought nothing.
     progress
         Called with every :class:`RoundReport`.
+    adaptive_clip
+        Raise the round's delta scale g after a round that clipped, and rerun it.
     """
 
     strategy: Strategy
@@ -53,6 +55,7 @@ class RunSettings:
     evaluate_timeout: float
     poll_interval: float
     progress: Callable[[RoundReport], None]
+    adaptive_clip: bool = True
 
 
 @dataclass
@@ -90,8 +93,13 @@ class RunState:
         automatic one), and silo -> the bound it asked for in the current round with a
         ``WEIGHT_BOUND`` refusal.
     round_offset
-        Protocol rounds = Flower round + this: a round rerun with a raised weight bound takes
-        the next protocol round number (a silo never trains one protocol round twice).
+        Protocol rounds = Flower round + this: a round rerun with a raised weight bound or
+        delta scale takes the next protocol round number (a silo never trains one protocol
+        round twice).
+    delta_scale, clipped
+        The delta scale g the rounds use (:attr:`coded_fl.vocabulary.TrainSpec.delta_scale`;
+        the effective clip range is g c), and the fraction of entries the current round's
+        decoded sum says were clipped (reset by every attempt).
     """
 
     config: ProtocolConfig
@@ -111,6 +119,8 @@ class RunState:
     weight_bound: float = 0.0
     weight_refused: dict[int, int] = field(default_factory=dict)
     round_offset: int = 0
+    delta_scale: float = 1.0
+    clipped: float = 0.0
 
     def __post_init__(self) -> None:
         self.silo_of = {node: silo for silo, node in self.node_of.items()}

@@ -33,6 +33,9 @@ reply needs two honest ones beside it). Otherwise the whole group is named as su
 [False, True, False, True]
 >>> FractionalRepetitionCode(7, 2).groups  # 7 silos, s = 2: groups of 4 and 3
 ((0, 1, 2, 3), (4, 5, 6))
+
+Length: about 180 lines of code; the rest is the documentation of the group layout, the
+decoding and the consistency checks, with doctests.
 """
 
 from __future__ import annotations

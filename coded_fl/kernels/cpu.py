@@ -56,6 +56,7 @@ def _final_m31(x):  # x: any uint64 -> canonical in [0, p)
 
 @njit(cache=True)
 def add(a, b, out, p):
+    """out = a + b mod p, elementwise (uint32 field elements)."""
     pp = np.uint64(p)
     for i in range(a.size):
         s = np.uint64(a[i]) + np.uint64(b[i])
@@ -64,6 +65,7 @@ def add(a, b, out, p):
 
 @njit(cache=True)
 def sub(a, b, out, p):
+    """out = a - b mod p, elementwise."""
     pp = np.uint64(p)
     for i in range(a.size):
         s = np.uint64(a[i]) + pp - np.uint64(b[i])
@@ -72,6 +74,7 @@ def sub(a, b, out, p):
 
 @njit(cache=True)
 def neg(a, out, p):
+    """out = -a mod p, elementwise."""
     pp = np.uint64(p)
     for i in range(a.size):
         x = np.uint64(a[i])
@@ -80,6 +83,7 @@ def neg(a, out, p):
 
 @njit(cache=True)
 def mul(a, b, out, p):
+    """out = a * b mod p, elementwise (Mersenne-31 reduction without a division)."""
     if p == 2**31 - 1:
         for i in range(a.size):
             out[i] = _final_m31(np.uint64(a[i]) * np.uint64(b[i]))
@@ -91,6 +95,7 @@ def mul(a, b, out, p):
 
 @njit(cache=True)
 def mul_scalar(a, c, out, p):
+    """out = c * a mod p for one scalar c."""
     cc = np.uint64(c)
     if p == 2**31 - 1:
         for i in range(a.size):
@@ -138,6 +143,7 @@ def to_signed(a, out, p):
 
 @njit(cache=True)
 def max_element(a):
+    """The largest element of a (0 for an empty array)."""
     m = np.uint32(0)
     for i in range(a.size):
         if a[i] > m:

@@ -27,23 +27,28 @@ def _u32(x: torch.Tensor) -> torch.Tensor:
 
 
 def add(a: torch.Tensor, b: torch.Tensor, p: int) -> torch.Tensor:
+    """a + b mod p, elementwise, on the tensors' device."""
     return _u32(torch.remainder(_i64(a) + _i64(b), p))
 
 
 def sub(a: torch.Tensor, b: torch.Tensor, p: int) -> torch.Tensor:
+    """a - b mod p, elementwise."""
     return _u32(torch.remainder(_i64(a) - _i64(b), p))
 
 
 def neg(a: torch.Tensor, p: int) -> torch.Tensor:
+    """-a mod p, elementwise."""
     return _u32(torch.remainder(-_i64(a), p))
 
 
 def mul(a: torch.Tensor, b: torch.Tensor | int, p: int) -> torch.Tensor:
+    """a * b mod p, elementwise (b a tensor or one int)."""
     other = b if isinstance(b, int) else _i64(b)
     return _u32(torch.remainder(_i64(a) * other, p))
 
 
 def power(a: torch.Tensor, e: int, p: int) -> torch.Tensor:
+    """a ** e mod p, elementwise (square and multiply)."""
     base = _i64(a)
     result = torch.ones_like(base) % p
     while e > 0:
@@ -55,15 +60,18 @@ def power(a: torch.Tensor, e: int, p: int) -> torch.Tensor:
 
 
 def from_signed(x: torch.Tensor, p: int) -> torch.Tensor:
+    """Signed integers to field elements (x mod p)."""
     return _u32(torch.remainder(x.to(torch.int64), p))
 
 
 def to_signed(a: torch.Tensor, p: int) -> torch.Tensor:
+    """Field elements to signed integers in (-p/2, p/2]."""
     v = _i64(a)
     return torch.where(v > p // 2, v - p, v)
 
 
 def lincomb(coeffs: Sequence[int], xs: Sequence[torch.Tensor], p: int) -> torch.Tensor:
+    """sum_j coeffs[j] * xs[j] mod p (the CPU kernel's result, bit for bit)."""
     acc = torch.zeros(xs[0].shape, dtype=torch.int64, device=xs[0].device)
     for c, x in zip(coeffs, xs, strict=True):
         acc = torch.remainder(acc + c * _i64(x), p)
@@ -71,6 +79,7 @@ def lincomb(coeffs: Sequence[int], xs: Sequence[torch.Tensor], p: int) -> torch.
 
 
 def matmul(m: Sequence[Sequence[int]], xs: Sequence[torch.Tensor], p: int) -> torch.Tensor:
+    """One :func:`lincomb` per row of m, stacked."""
     return torch.stack([lincomb(row, xs, p) for row in m])
 
 
@@ -89,6 +98,8 @@ def uniform(n: int, k0: int, k1: int, offset: int, device: torch.device) -> torc
 def stochastic_round(
     x: torch.Tensor, clip: float, scale: float, k0: int, k1: int, offset: int
 ) -> torch.Tensor:
+    """Clip to [-clip, clip], scale and round stochastically with the counter-based
+    keys (k0, k1) from element ``offset`` on: the CPU kernel's integers, bit for bit."""
     t = torch.clamp(x.to(torch.float64), -clip, clip) * scale
     f = torch.floor(t)
     u = uniform(x.numel(), k0, k1, offset, x.device).reshape(x.shape)
@@ -104,6 +115,8 @@ def quantize_encode(
     scale: float,
     p: int,
 ) -> torch.Tensor:
+    """The fused client pipeline: quantize every partition and return the coded
+    combination sum_j coeffs[j] q_j mod p (bit-identical to the CPU kernel)."""
     acc = (
         _i64(mask)
         if mask is not None

@@ -97,6 +97,8 @@ NEEDS_KEYS = RefusalCode.NEEDS_KEYS.label
 
 
 class ClientStage(str, Enum):
+    """A silo's stage: NEW (no keys), then keyed stages per round."""
+
     NEW = "new"
     KEYED = "keyed"
     TRAINING = "training"

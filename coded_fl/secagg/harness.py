@@ -58,6 +58,8 @@ class Silo:
 
 @dataclass
 class RoundOutcome:
+    """One round's result, the bytes each side moved and the silos that dropped."""
+
     result: RoundResult | RoundAborted
     client_seconds: dict[int, float] = field(default_factory=dict)
     server_seconds: float = 0.0

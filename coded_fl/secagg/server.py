@@ -70,6 +70,8 @@ __all__ = ["RoundAborted", "RoundResult", "ServerMachine", "ServerStage"]
 
 
 class ServerStage(str, Enum):
+    """The server's stage within keys and rounds."""
+
     INIT = "init"
     KEYS = "keys"
     READY = "ready"

@@ -111,6 +111,7 @@ def main(grid: Grid, context: Context) -> None:
         privacy_threshold=int(rc["privacy-threshold"]),
         recovery_threshold=int(rc["recovery-threshold"]) or None,
         clip_range=float(rc["clip-range"]),
+        adaptive_clip=bool(rc.get("adaptive-clip", True)),
         scale=float(rc["scale"]) or None,
         max_weight=float(rc["max-weight"]) or None,
         metric_keys=("train_loss",),

@@ -69,3 +69,31 @@ def test_weight_helpers_refuse_bad_values():
         )
     with pytest.raises(DecodingError, match="total weight"):
         lay.unpack(torch.tensor([1.0, 0.0, 0.0]), clip_range=1.0)
+
+
+@pytest.mark.parametrize("g", [1.0, 4.0, 64.0])
+def test_a_delta_scale_widens_the_clip_range_and_unpacks_to_the_same_mean(g):
+    # entries up to 0.9 g fit the clip range g c with c = 1; the decoded mean is the float
+    # FedAvg mean within the quantization step of the scale, which grows with g
+    gen = torch.Generator().manual_seed(int(g))
+    d = 50
+    lay = UpdateLayout(model_size=d)
+    deltas = [(torch.rand(d, generator=gen) * 2 - 1) * 0.9 * g for _ in range(3)]
+    rhos = [0.5, 0.75, 1.0]
+    packed = [
+        lay.pack(x * r, rho=r, clip_range=1.0, delta_scale=g)
+        for x, r in zip(deltas, rhos, strict=True)
+    ]
+    assert all(float(p[:d].abs().max()) <= 1.0 for p in packed)  # nothing clipped
+    cfg = QuantizationConfig.for_summands(3, clip_range=1.0)
+    F = make_code(3, 0).field
+    keys = [RoundingKey.for_partition("run", 1, j) for j in range(3)]
+    total = F.lincomb([1, 1, 1], [quantize(p, cfg, k) for p, k in zip(packed, keys, strict=True)])
+    out = lay.unpack(dequantize(total, cfg, F), clip_range=1.0, delta_scale=g)
+    for p, x, r in zip(packed, deltas, rhos, strict=True):  # dividing by a power of two is exact
+        assert torch.equal(p[:d] * g, (x * r).float())
+    ref = torch.stack([(x * r).double() for x, r in zip(deltas, rhos, strict=True)]).sum(0) / sum(
+        rhos
+    )
+    assert out.clipped_fraction == 0.0
+    assert torch.allclose(out.mean_delta, ref, rtol=0, atol=3 * g * cfg.step / sum(rhos))

@@ -359,3 +359,18 @@ def test_the_train_spec_says_whether_the_weight_bound_is_automatic():
     # a record without the entry (an older server) is a fixed bound
     old = {k: v for k, v in spec.to_dict().items() if k != "auto-weight"}
     assert TrainSpec.from_dict(old).auto_weight is False
+
+
+@pytest.mark.parametrize("g", [0.5, 3.0, 2.0**17, float("nan"), float("inf"), -2.0, "x"])
+def test_a_train_spec_whose_delta_scale_is_not_a_power_of_two_in_range_is_refused(g):
+    # g divides every model entry on the silo: a power of two keeps replicas bit-identical
+    entries = {**TrainSpec().to_dict(), "delta-scale": g}
+    with pytest.raises(RemoteProtocolError, match=r"delta-scale|could not convert"):
+        TrainSpec.from_dict(entries)
+
+
+def test_the_train_spec_carries_the_delta_scale_and_an_older_record_reads_as_one():
+    spec = TrainSpec(max_weight=1024.0, auto_weight=True, delta_scale=64.0)
+    assert TrainSpec.from_dict(spec.to_dict()) == spec
+    old = {k: v for k, v in spec.to_dict().items() if k != "delta-scale"}
+    assert TrainSpec.from_dict(old).delta_scale == 1.0

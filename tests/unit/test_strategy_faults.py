@@ -72,7 +72,8 @@ def _client_app(tamper: dict[str, int]) -> ClientApp:
     def train(msg: Message, context: Context) -> Message:
         k = int(context.node_config["partition-id"])
         w = msg.content["arrays"]["w"].numpy()
-        new = (w + 0.01 * (k + 1)).astype(np.float32)
+        step = float(context.node_config.get("test-step", 0.01))
+        new = (w + step * (k + 1)).astype(np.float32)
         return Message(
             RecordDict(
                 {
@@ -183,11 +184,14 @@ class FakeGrid(Grid):
         return self.pull_messages(self.push_messages(messages))
 
 
-def _strategy(n: int, *, extra: int = 0, max_weight: float | None = None) -> CodedSecAgg:
+def _strategy(
+    n: int, *, extra: int = 0, max_weight: float | None = None, adaptive_clip: bool = True
+) -> CodedSecAgg:
     return CodedSecAgg(
         FedAvg(fraction_evaluate=0.0, min_available_nodes=n, min_train_nodes=n),
         num_silos=n,
         max_weight=max_weight,
+        adaptive_clip=adaptive_clip,
         num_stragglers=1,
         privacy_threshold=1,
         extra_replies=extra,
@@ -420,6 +424,43 @@ def test_one_silo_that_asks_for_a_larger_bound_alone_is_a_straggler_and_nothing_
     assert all(r.round_trips == 2 and 0 in r.stragglers for r in s.reports)
     assert "automatic weight bound" in s.reports[0].errors[0]
     assert s._run is not None and s._run.weight_bound == 1024
+
+
+def test_a_round_that_clips_is_rerun_with_a_wider_range_and_matches_fedavg_exactly(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # 1,000 examples per partition (rho = 1000/1024) and partition k moves every entry by
+    # 2 (k + 1): up to 7.8 after weighting, beyond clip_range 1. Round 1 clips at 1 and at 4,
+    # is discarded both times (the model unchanged, the wrapped strategy never sees it) and
+    # completes at 16; round 2 starts there. FedAvg's average is the mean of 2 (k + 1) = 5.
+    grid = FakeGrid(4, node_config={"test-examples": 1000, "test-step": 2.0})
+    s = _strategy(4)
+    with caplog.at_level("INFO", logger="flwr"):
+        _start(s, grid, 2)
+    assert [r.ok for r in s.reports] == [True, True], [r.reason for r in s.reports]
+    assert s._run is not None and s._run.delta_scale == 16.0 and s._run.round_offset == 2
+    assert [r.clip_range for r in s.reports] == [16.0, 16.0]
+    assert [r.clipped_fraction for r in s.reports] == [0.0, 0.0]
+    assert s.reports[0].round_trips == 6 and s.reports[1].round_trips == 2  # two reruns
+    final = s.reports[-1].arrays
+    assert final is not None
+    step = 16.0 / 2.0**14  # the quantization step at g = 16 bounds the error (loosely)
+    np.testing.assert_allclose(final["w"].numpy(), 10.0, atol=step)
+    assert "clip range widened to 4" in caplog.text and "clip range widened to 16" in caplog.text
+
+
+def test_without_adaptive_clip_the_round_clips_and_warns(caplog: pytest.LogCaptureFixture) -> None:
+    grid = FakeGrid(4, node_config={"test-examples": 1000, "test-step": 2.0})
+    s = _strategy(4, adaptive_clip=False)
+    with caplog.at_level("INFO", logger="flwr"):
+        _start(s, grid, 1)
+    (rep,) = s.reports
+    assert rep.ok and rep.round_trips == 2 and rep.clip_range == 1.0
+    assert rep.clipped_fraction == pytest.approx(1.0, abs=1e-6)  # every entry of every partition
+    final = rep.arrays
+    assert final is not None  # rho (theta_k - theta) clipped to 1 in each partition: 4 / (4 rho)
+    np.testing.assert_allclose(final["w"].numpy(), 1024 / 1000, atol=1e-4)
+    assert "entries were clipped to 1 " in caplog.text
 
 
 def test_too_few_nodes_for_s_and_t_says_how_many_are_needed() -> None:
