@@ -16,8 +16,8 @@ packets), :mod:`~coded_fl.shuffling.shares` (sealed manifest shares),
 (its plan and forwarding), :mod:`~coded_fl.shuffling.results` (what an epoch did),
 :mod:`~coded_fl.shuffling.loopback` (both in one process).
 
-Not imported here: :mod:`~coded_fl.shuffling.harness` (K silos in memory: ``simulate``,
-``silo_buffer``), a test and simulation helper; import it from its module.
+The in-memory harness (K silos in one process: ``simulate``, ``silo_buffer``) is a test and
+simulation helper, not part of the library: ``simulations/runtime/shuffle_harness.py``.
 """
 
 from coded_fl.shuffling.codec import SegmentBuffer, cached_subfiles, decode, encode

@@ -13,8 +13,8 @@ about plans) with a :class:`~coded_fl.shuffling.planner.ShufflePlan`:
   drops the units the silo gives up only when the delivery is complete.
 
 The member's machine (:mod:`~coded_fl.shuffling.member`) uses the last three in every epoch;
-the in-memory harness (:mod:`~coded_fl.shuffling.harness`, a test and simulation helper) uses
-:func:`load_silo` and :func:`commit_delivery` from here.
+the in-memory harness (``simulations/runtime/shuffle_harness.py``, a test and simulation helper
+outside the library) uses :func:`load_silo` and :func:`commit_delivery` from here.
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ import torch
 
 from coded_fl.quantize import QuantizationConfig
 from coded_fl.secagg import ProtocolConfig, RoundResult
-from coded_fl.secagg.harness import Harness, Silo, gaussian_partials
+from simulations.runtime.secagg_harness import Harness, Silo, gaussian_partials
 from simulations.stragglers.costs import privacy_for
 
 __all__ = ["quantization_sweep"]

@@ -21,9 +21,9 @@ import torch
 from coded_fl.pipeline import encode_upload
 from coded_fl.quantize import RoundingKey, dequantize
 from coded_fl.secagg import ProtocolConfig, RoundResult
-from coded_fl.secagg.harness import Harness, Silo
 from coded_fl.secagg.messages import SERVER, Upload, decode, encode
 from simulations.bench.common import Report, median_time
+from simulations.runtime.secagg_harness import Harness, Silo
 
 
 def _plain_round(cfg: ProtocolConfig, dropped: set[int], seed: int) -> dict[str, float]:

@@ -39,9 +39,9 @@ from coded_fl.shuffling import (
     shifted_assignment,
     worst_case_loads,
 )
-from coded_fl.shuffling.harness import silo_buffer
 from coded_fl.shuffling.units import digest
 from simulations.bench.common import Report, median_time
+from simulations.runtime.shuffle_harness import silo_buffer
 
 Q = 2
 MODES = ("centralized", "decentralized")

@@ -36,7 +36,7 @@ from coded_fl.shuffling import (
     storage_for_level,
     worst_case_loads,
 )
-from coded_fl.shuffling.harness import simulate
+from simulations.runtime.shuffle_harness import simulate
 
 
 def _units(args: argparse.Namespace, rng: np.random.Generator) -> dict[str | int, bytes]:

@@ -1,7 +1,7 @@
 """Compute and byte costs of one protocol round, measured step by step in memory.
 
 The protocol's sans-IO machines (:mod:`coded_fl.secagg`) are driven directly, every message
-through the binary codec (as in :class:`coded_fl.secagg.harness.Harness`, whose flow this
+through the binary codec (as in :class:`simulations.runtime.secagg_harness.Harness`, whose flow this
 follows), and each step is timed on its own with thread CPU time:
 
 - silo: ``on_train_request`` + ``upload`` (quantize, encode the s + 1 partitions, mask, share the
@@ -33,9 +33,9 @@ import torch
 from coded_fl.crypto import SEAL_OVERHEAD
 from coded_fl.secagg import ProtocolConfig, RoundResult
 from coded_fl.secagg.client import ClientMachine
-from coded_fl.secagg.harness import deterministic_entropy, gaussian_partials
 from coded_fl.secagg.messages import decode, encode
 from coded_fl.secagg.server import ServerMachine
+from simulations.runtime.secagg_harness import deterministic_entropy, gaussian_partials
 
 __all__ = ["CostModel", "StepCosts", "fit_costs", "measure_step_costs", "privacy_for"]
 

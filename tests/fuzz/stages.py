@@ -20,7 +20,6 @@ from clients.mod import _limits
 from coded_fl.layout import UpdateLayout
 from coded_fl.secagg import ProtocolConfig, RoundResult, ServerMachine
 from coded_fl.secagg.client import ClientMachine
-from coded_fl.secagg.harness import Harness
 from coded_fl.secagg.messages import (
     SERVER,
     KeyReply,
@@ -33,6 +32,7 @@ from coded_fl.secagg.messages import (
     decode,
     encode,
 )
+from simulations.runtime.secagg_harness import Harness
 from strategies.run import RunState
 
 CFG = ProtocolConfig(

@@ -28,8 +28,8 @@ import torch
 from coded_fl.errors import RemoteProtocolError
 from coded_fl.secagg import ProtocolConfig, RoundResult
 from coded_fl.secagg.client import refusal_for
-from coded_fl.secagg.harness import Harness
 from coded_fl.secagg.messages import RefusalCode
+from simulations.runtime.secagg_harness import Harness
 
 CFG = ProtocolConfig(
     num_silos=4, num_stragglers=1, privacy_threshold=1, vector_length=8, run_id="flips"

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from coded_fl.errors import DecodingError
 from coded_fl.secagg import ProtocolConfig, RoundAborted, RoundResult
-from coded_fl.secagg.harness import Harness, Silo
+from simulations.runtime.secagg_harness import Harness, Silo
 
 
 @st.composite
@@ -82,7 +82,7 @@ def test_several_rounds_with_changing_stragglers_and_a_rekey():
         assert slow <= set(out.result.stragglers) and len(out.result.stragglers) == cfg.s
     # silo 3 restarts (new state, new key): rekey, and rounds go on
     from coded_fl.secagg.client import ClientMachine
-    from coded_fl.secagg.harness import deterministic_entropy
+    from simulations.runtime.secagg_harness import deterministic_entropy
 
     h.clients[3] = ClientMachine(entropy=deterministic_entropy(99))
     h.setup(silos=[3])

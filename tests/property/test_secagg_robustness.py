@@ -17,7 +17,6 @@ from hypothesis import strategies as st
 from coded_fl.errors import LocalProtocolError, RemoteProtocolError
 from coded_fl.secagg import ProtocolConfig, ServerStage
 from coded_fl.secagg.client import NEEDS_KEYS, ClientMachine
-from coded_fl.secagg.harness import Harness, deterministic_entropy
 from coded_fl.secagg.messages import (
     KeyReply,
     RecoveryReply,
@@ -26,6 +25,7 @@ from coded_fl.secagg.messages import (
     decode,
     encode,
 )
+from simulations.runtime.secagg_harness import Harness, deterministic_entropy
 
 CFG = ProtocolConfig(
     num_silos=5,

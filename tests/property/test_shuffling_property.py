@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from coded_fl.shuffling.harness import simulate
+from simulations.runtime.shuffle_harness import simulate
 from tests.shuffling_oracle import check_plan_symbolically
 
 

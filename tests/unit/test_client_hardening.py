@@ -14,9 +14,9 @@ import pytest
 from coded_fl.errors import ConfigurationError, RemoteProtocolError
 from coded_fl.secagg import ProtocolConfig
 from coded_fl.secagg.client import ClientMachine
-from coded_fl.secagg.harness import Harness
 from coded_fl.secagg.messages import SERVER, KeyRequest, TrainRequest
 from coded_fl.secagg.policy import ClientPolicy
+from simulations.runtime.secagg_harness import Harness
 
 CFG = ProtocolConfig(
     num_silos=4, num_stragglers=1, privacy_threshold=1, vector_length=8, run_id="harden"

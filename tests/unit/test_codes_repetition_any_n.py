@@ -21,8 +21,8 @@ from coded_fl.codes import (
 from coded_fl.errors import ConfigurationError
 from coded_fl.quantize import RoundingKey, stochastic_round
 from coded_fl.secagg import ProtocolConfig, RoundResult
-from coded_fl.secagg.harness import Harness, Silo
 from coded_fl.shuffling import assignment_from_support
+from simulations.runtime.secagg_harness import Harness, Silo
 
 
 def compositions(total: int, parts: int, low: int = 1):

@@ -14,12 +14,12 @@ import torch
 from coded_fl.errors import ConfigurationError, ExceedsLimitsError, RemoteProtocolError
 from coded_fl.secagg import ProtocolConfig
 from coded_fl.secagg.client import MAX_UNVERIFIED_ROUNDS, ClientMachine, refusal_for
-from coded_fl.secagg.harness import Harness, Silo
 from coded_fl.secagg.messages import SERVER, KeyRequest, RefusalCode, Upload
 from coded_fl.secagg.policy import ClientPolicy
 from coded_fl.secagg.server import RoundAborted, RoundResult
 from coded_fl.shuffling.planner import MAX_PLAN_ENTRIES, check_plan_cost, plan_shuffle
 from coded_fl.shuffling.units import UnitManifest
+from simulations.runtime.secagg_harness import Harness, Silo
 
 
 def garble(upload: Upload) -> Upload:

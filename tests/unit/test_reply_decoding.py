@@ -31,7 +31,6 @@ from clients import coded_secagg_mod
 from coded_fl.errors import RemoteProtocolError
 from coded_fl.layout import UpdateLayout
 from coded_fl.secagg import ProtocolConfig
-from coded_fl.secagg.harness import Harness
 from coded_fl.secagg.messages import (
     SERVER,
     Limits,
@@ -44,6 +43,7 @@ from coded_fl.secagg.messages import (
     encode,
 )
 from coded_fl.vocabulary import FRAME_ARRAY, MSG_KEY, STATE_KEY, TRAIN_KEY, TrainSpec, read_frame
+from simulations.runtime.secagg_harness import Harness
 from strategies.replies import feed
 from strategies.run import RunState
 

@@ -15,7 +15,6 @@ from hypothesis import strategies as st
 
 from coded_fl.errors import RemoteProtocolError
 from coded_fl.secagg import ProtocolConfig
-from coded_fl.secagg.harness import Harness
 from coded_fl.secagg.messages import (
     HEADER_BYTES,
     MAX_CONFIG_BYTES,
@@ -32,6 +31,7 @@ from coded_fl.secagg.messages import (
     peek_header,
     peek_type,
 )
+from simulations.runtime.secagg_harness import Harness
 
 D = b"12345678"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from coded_fl.secagg import ProtocolConfig, RoundAborted, RoundResult
-from coded_fl.secagg.harness import Harness, Silo
+from simulations.runtime.secagg_harness import Harness, Silo
 
 
 def tamper(partition: int, g: torch.Tensor) -> torch.Tensor:

@@ -17,7 +17,7 @@ import torch
 from scipy import stats
 
 from coded_fl.secagg import ProtocolConfig, RoundResult
-from coded_fl.secagg.harness import Harness, Silo
+from simulations.runtime.secagg_harness import Harness, Silo
 
 
 def exact_view_distribution(

@@ -12,7 +12,7 @@ from coded_fl.shuffling import (
     uncoded_load,
     worst_case_loads,
 )
-from coded_fl.shuffling.harness import simulate
+from simulations.runtime.shuffle_harness import simulate
 from tests.shuffling_oracle import check_plan_symbolically
 
 CASES = [(K, t) for K in range(1, 6) for t in range(K + 1)]

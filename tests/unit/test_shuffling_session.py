@@ -19,7 +19,7 @@ from coded_fl.shuffling import (
     install_silo,
     plan_shuffle,
 )
-from coded_fl.shuffling.harness import silo_buffer, simulate
+from simulations.runtime.shuffle_harness import silo_buffer, simulate
 
 K = 4
 KEY = bytes(range(32))

@@ -465,7 +465,7 @@ def test_wire_bytes_is_what_encode_message_writes() -> None:
 
 def test_the_xor_codec_refuses_misshapen_buffers_with_a_typed_error() -> None:
     from coded_fl.shuffling import codec, plan_shuffle
-    from coded_fl.shuffling.harness import silo_buffer
+    from simulations.runtime.shuffle_harness import silo_buffer
 
     data = {u: bytes([u]) * 64 for u in range(8)}
     manifest = UnitManifest.from_data(data)

@@ -80,7 +80,7 @@ def deterministic_entropy(seed: int) -> Callable[[int], bytes]:
     -------
     Callable[[int], bytes]
     """
-    rng = random.Random(seed)  # noqa: S311 - test determinism only
+    rng = random.Random(seed)
     return lambda n: rng.randbytes(n)
 
 
