@@ -510,7 +510,7 @@ class ClientMachine:
         one) and a fresh nonce, so no two uploads share a mask; a second upload for a round is
         refused with :class:`~coded_fl.errors.MaskReuseError` all the same.
         """
-        if task.round in self.uploaded:
+        if isinstance(task, TrainTask) and task.round in self.uploaded:
             raise MaskReuseError(
                 f"silo {self.silo} already uploaded round {task.round}: a second upload for a "
                 "round is refused (two masked uploads of one round would let the server "
