@@ -196,5 +196,16 @@ def derive_share_key(
 
 
 def tags_match(a: bytes, b: bytes) -> bool:
-    """Constant-time comparison of two key-confirmation tags."""
+    """Constant-time comparison of two key-confirmation tags.
+
+    Parameters
+    ----------
+    a, b
+        The tags.
+
+    Returns
+    -------
+    bool
+        True if they are equal.
+    """
     return hmac.compare_digest(a, b)
