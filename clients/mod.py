@@ -227,13 +227,26 @@ def _handle(
         except ConfigurationError as exc:  # a setting the server must hear about, typed
             return _reply(msg, misconfigured(proto, str(exc)))
         info["train-seconds"] = time.perf_counter() - t0
-        reply: ProtocolMessage = machine.upload(out, partials)
+        reply: ProtocolMessage = machine.upload(out, partials, model_digest=_model_digest(msg))
     else:
         reply = out
     if isinstance(proto, KeyRequest):
         warm_up()  # compile/load the kernels now, not during round 1
     _save(context, machine)
     return _reply(msg, reply, info)
+
+
+def _model_digest(msg: Message) -> bytes:
+    """SHA-256 of the arrays the server sent with a train request (coded-fl's own records
+    left out): binds the upload's derived mask shares to the model this silo trained on."""
+    h = hashlib.sha256(b"coded-fl/model")
+    for name, record in sorted(msg.content.array_records.items()):
+        if is_ours(name):
+            continue
+        for key, array in record.items():
+            h.update(f"{name}/{key}/{array.dtype}/{tuple(array.shape)}".encode())
+            h.update(array.data)
+    return h.digest()
 
 
 def _train_partitions(

@@ -173,7 +173,15 @@ def check_public_key(raw: bytes, *, sender: int) -> bytes:
     return bytes(raw)
 
 
-def pairwise_key(mine: KeyPair, peer_public: bytes, *, run_id: bytes, me: int, peer: int) -> bytes:
+def pairwise_key(
+    mine: KeyPair,
+    peer_public: bytes,
+    *,
+    run_id: bytes,
+    me: int,
+    peer: int,
+    label: bytes = _INFO,
+) -> bytes:
     """The 32-byte key silos ``me`` and ``peer`` share (the same from both ends).
 
     HKDF-SHA256 over the X25519 shared secret, salted with the unordered pair and the run; its
@@ -190,6 +198,9 @@ def pairwise_key(mine: KeyPair, peer_public: bytes, *, run_id: bytes, me: int, p
         The run (keys of different runs are independent).
     me, peer
         The two silo ids.
+    label
+        The purpose of the key (HKDF info prefix): keys of different labels are independent,
+        so a key for deriving mask shares is never the sealing key.
 
     Returns
     -------
@@ -204,7 +215,7 @@ def pairwise_key(mine: KeyPair, peer_public: bytes, *, run_id: bytes, me: int, p
     keys = {me: mine.public_bytes, peer: bytes(peer_public)}
     lo, hi = (me, peer) if me <= peer else (peer, me)
     salt = struct.pack("<II", lo, hi) + run_id
-    info = _INFO + keys[lo] + keys[hi]  # both public keys: the key is bound to this pair
+    info = label + keys[lo] + keys[hi]  # both public keys: the key is bound to this pair
     hkdf = HKDF(algorithm=hashes.SHA256(), length=KEY_BYTES, salt=salt, info=info)
     return hkdf.derive(mine.exchange(peer_public))
 

@@ -25,7 +25,9 @@ __all__ = [
     "DecodingError",
     "ExceedsLimitsError",
     "InputError",
+    "KeyConfirmationError",
     "LocalProtocolError",
+    "MaskReuseError",
     "NeedsKeysError",
     "RemoteProtocolError",
     "WeightBoundError",
@@ -61,6 +63,18 @@ class NeedsKeysError(RemoteProtocolError):
     key exchange). Not a fault: the silo answers with a typed refusal
     (:class:`coded_fl.secagg.messages.Refusal`, code ``NEEDS_KEYS``) and the server reruns the
     key exchange with it before the next round."""
+
+
+class KeyConfirmationError(RemoteProtocolError):
+    """A mask share that a silo derived for us (instead of sending it) does not confirm: its
+    key-confirmation tag differs from the one we derive, so the two ends used different keys
+    (a stale roster, or a silo that rekeyed after the round started). ``sender`` names the
+    silo that derived it; the share is never used, so the sum is not silently corrupted."""
+
+
+class MaskReuseError(LocalProtocolError):
+    """A second upload for a round this silo already uploaded: refused, because two uploads
+    masked for one round would let the server subtract them."""
 
 
 class ExceedsLimitsError(RemoteProtocolError):

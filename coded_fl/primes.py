@@ -8,6 +8,8 @@
 
 from __future__ import annotations
 
+import functools
+
 from coded_fl.errors import ConfigurationError
 
 __all__ = ["MAX_MODULUS", "MERSENNE31", "check_modulus", "is_prime"]
@@ -23,6 +25,7 @@ MAX_MODULUS = 2**31
 _MR_BASES = (2, 3, 5, 7, 11, 13, 17, 19, 23, 29, 31, 37, 41)
 
 
+@functools.lru_cache(maxsize=64)  # a run checks one modulus per mask stream: once is enough
 def is_prime(n: int) -> bool:
     """Deterministic primality test for integers below :math:`3.3 \\cdot 10^{24}`.
 

@@ -7,12 +7,16 @@ Theory of operation (see ``docs/protocol.md`` for the whole protocol):
 2. ``TrainRequest`` (round r, roster of public keys) -> :meth:`on_train_request` returns a
    :class:`TrainTask` (which partitions to train, with which rounding keys); the caller trains
    them and hands the partial updates to :meth:`upload`, which quantizes, encodes with the
-   silo's gradient-code row, masks with a fresh mask, shares the mask (privacy T, threshold U)
-   and seals each share for its recipient -> ``Upload``.
+   silo's gradient-code row, masks, and shares the mask (privacy T, threshold U): the U shares
+   of its derived set are derived from pairwise keys (:mod:`coded_fl.secagg.derive`), the mask
+   and the other n - U shares follow from them, and only those are sealed -> ``Upload``
+   (a round is uploaded at most once: :class:`~coded_fl.errors.MaskReuseError`).
 3. ``RecoveryRequest`` (round r, survivors S, weight rows, the sealed shares the survivors sent
-   this silo) -> :meth:`on_recovery_request` checks that row 0 is exactly the public code's
-   decoding vector for S and every other row a parity check of the code on S, answers at most
-   once per round, and returns the weighted sums of the shares -> ``RecoveryReply``.
+   this silo, and the context and tag of each share derived for it) ->
+   :meth:`on_recovery_request` checks that row 0 is exactly the public code's decoding vector
+   for S and every other row a parity check of the code on S, opens or rederives (and
+   key-confirms) each share, answers at most once per round, and returns the weighted sums of
+   the shares -> ``RecoveryReply``.
 
 One entry point, :meth:`ClientMachine.receive`, dispatches through a transition table
 ``(stage, message type) -> handler``; a pair not in the table is refused with
@@ -32,7 +36,8 @@ The state (keys included) round-trips through :meth:`to_bytes` / :meth:`from_byt
 ClientApp can keep it in ``context.state`` between messages. It never leaves the silo.
 
 Length: one state machine: its handlers, the upload and the persistence share the machine's
-private state (about 450 lines of code).
+private state (about 540 lines of code; the key derivation of seed-derived shares lives in
+:mod:`coded_fl.secagg.derive`, the interpolation in :mod:`coded_fl.secagg.sharing`).
 """
 
 from __future__ import annotations
@@ -51,7 +56,9 @@ from coded_fl.crypto import KeyPair, check_public_key, open_sealed, pairwise_key
 from coded_fl.errors import (
     ExceedsLimitsError,
     InputError,
+    KeyConfirmationError,
     LocalProtocolError,
+    MaskReuseError,
     NeedsKeysError,
     RemoteProtocolError,
 )
@@ -59,6 +66,17 @@ from coded_fl.pipeline import encode_upload
 from coded_fl.prg import Entropy, MaskStream, fresh_seed
 from coded_fl.quantize import QuantizationStats, RoundingKey
 from coded_fl.secagg.config import ProtocolConfig
+from coded_fl.secagg.derive import (
+    CONFIRM_BYTES,
+    CONTEXT_BYTES,
+    NONCE_BYTES,
+    ROOT_LABEL,
+    derivation_root,
+    derive_share_key,
+    request_digest,
+    share_context,
+    tags_match,
+)
 from coded_fl.secagg.messages import (
     SERVER,
     KeyReply,
@@ -115,6 +133,8 @@ class TrainTask:
     partitions: tuple[int, ...]
     coefficients: tuple[int, ...]
     rounding_keys: tuple[RoundingKey, ...]
+    #: :func:`~coded_fl.secagg.derive.request_digest` of the TrainRequest (binds the shares)
+    request: bytes = b""
 
 
 #: What :meth:`ClientMachine.receive` returns.
@@ -242,7 +262,8 @@ class ClientMachine:
         # every TrainRequest is refused (see on_train_request)
         self.trained: tuple[int, ...] = ()
         self.floor = 0
-        self._pairwise: dict[tuple[int, bytes], bytes] = {}
+        self._pairwise: dict[tuple[bytes, int, bytes], bytes] = {}
+        self.uploaded: tuple[int, ...] = ()  # rounds uploaded (a second upload is refused)
         self.stats = QuantizationStats()
         # in stage NEW a train or recovery request meets _check_header, which raises NeedsKeysError
         keyed = (
@@ -335,19 +356,43 @@ class ClientMachine:
             )
         return cfg
 
-    def _key_for(self, peer: int, roster: dict[int, bytes] | None = None) -> bytes:
+    def _key_for(
+        self, peer: int, roster: dict[int, bytes] | None = None, *, label: bytes = b""
+    ) -> bytes:
+        """The key shared with ``peer``: the sealing key, or with ``label`` =
+        :data:`~coded_fl.secagg.derive.ROOT_LABEL` the derivation root (an independent key)."""
         pub = (self.roster if roster is None else roster).get(peer)
         if pub is None:
             raise RemoteProtocolError(f"silo {peer} is not in the roster", sender=SERVER)
-        cached = self._pairwise.get((peer, pub))
+        cached = self._pairwise.get((label, peer, pub))
         if cached is None:
             if self._keys is None or self.config is None or self.silo is None:
                 raise LocalProtocolError("no key pair yet")
-            cached = pairwise_key(
-                self._keys, pub, run_id=self.config.run_bytes, me=self.silo, peer=peer
-            )
-            self._pairwise[(peer, pub)] = cached
+            make = derivation_root if label else pairwise_key
+            cached = make(self._keys, pub, run_id=self.config.run_bytes, me=self.silo, peer=peer)
+            self._pairwise[(label, peer, pub)] = cached
         return cached
+
+    def _root_for(self, peer: int, roster: dict[int, bytes] | None = None) -> bytes:
+        """The derivation root with ``peer`` (:func:`~coded_fl.secagg.derive.derivation_root`)."""
+        return self._key_for(peer, roster, label=ROOT_LABEL)
+
+    def _derived_share(
+        self, sender: int, recipient: int, round_: int, context: bytes, roster: dict[int, bytes]
+    ) -> tuple[torch.Tensor, bytes]:
+        """The share ``sender`` -> ``recipient`` (this silo is one of them) and its tag."""
+        cfg, silo, _ = self._identity()
+        seed, tag = derive_share_key(
+            self._root_for(recipient if sender == silo else sender, roster),
+            run_id=cfg.run_bytes,
+            round_=round_,
+            sender=sender,
+            recipient=recipient,
+            context=context,
+        )
+        share = torch.empty(cfg.sharing.piece_length, dtype=torch.uint32)
+        MaskStream(seed, cfg.p).fill(share.numpy())
+        return share, tag
 
     # ------------------------------------------------------------------ 1. keys
     def on_key_request(self, msg: KeyRequest) -> KeyReply:
@@ -389,7 +434,7 @@ class ClientMachine:
             self.config, self.silo = cfg, msg.recipient
             self.roster, self._pairwise = {}, {}
             self.round = self.recovered_round = self.floor = 0
-            self.trained = ()
+            self.trained = self.uploaded = ()
             self.stage = ClientStage.KEYED
         _, silo, keys = self._identity()
         return KeyReply(
@@ -446,7 +491,7 @@ class ClientMachine:
                 f"roster has {len(roster)} silos, fewer than the {cfg.min_uploads} a round needs",
                 sender=SERVER,
             )
-        task = self._task_for(msg.round)
+        task = self._task_for(msg.round, request_digest(cfg.digest, msg.round, msg.roster))
         trained = sorted({*self.trained, msg.round})
         if len(trained) > MAX_UNVERIFIED_ROUNDS:  # forget the oldest: refuse up to it from now
             self.floor = max(self.floor, trained.pop(0))
@@ -457,9 +502,23 @@ class ClientMachine:
         self._task = task
         return task
 
-    def upload(self, task: TrainTask, partials: Sequence[torch.Tensor]) -> Upload:
+    def upload(
+        self, task: TrainTask, partials: Sequence[torch.Tensor], *, model_digest: bytes = b""
+    ) -> Upload:
         """Quantize, encode, mask and share: the Upload for ``task`` (partials align with
-        ``task.partitions``, each a float tensor of ``vector_length`` elements)."""
+        ``task.partitions``, each a float tensor of ``vector_length`` elements).
+
+        The mask and its shares derive from pairwise keys and a context that binds the
+        request, ``model_digest`` (a digest of the model the silo was sent, if the caller has
+        one) and a fresh nonce, so no two uploads share a mask; a second upload for a round is
+        refused with :class:`~coded_fl.errors.MaskReuseError` all the same.
+        """
+        if isinstance(task, TrainTask) and task.round in self.uploaded:
+            raise MaskReuseError(
+                f"silo {self.silo} already uploaded round {task.round}: a second upload for a "
+                "round is refused (two masked uploads of one round would let the server "
+                "subtract them); wait for the next TrainRequest"
+            )
         self._require(ClientStage.TRAINING)
         if task is not getattr(self, "_task", None) or task.round != self.round:
             raise LocalProtocolError("upload() must be given the task of the current round")
@@ -469,24 +528,34 @@ class ClientMachine:
                 f"{len(partials)} partial updates for {len(task.partitions)} partitions"
             )
         sharing = cfg.sharing
-        stream = torch.empty(sharing.stream_length, dtype=torch.uint32)
-        MaskStream(fresh_seed(self._entropy), cfg.p).fill(stream.numpy())
+        nonce = self._entropy(NONCE_BYTES)
+        if not isinstance(nonce, bytes) or len(nonce) != NONCE_BYTES:
+            raise InputError(f"the entropy source must return exactly {NONCE_BYTES} bytes")
+        context = share_context(task.request, bytes(model_digest), nonce=nonce)
+        members = sorted(self.roster)
+        derived = sharing.derived_set(silo, members)
+        values = torch.empty((sharing.U, sharing.piece_length), dtype=torch.uint32)
+        tags = []
+        for row, j in enumerate(derived):
+            values[row], tag = self._derived_share(silo, j, task.round, context, self.roster)
+            tags.append((j, tag))
+        others = tuple(j for j in members if j not in derived)
+        mask, shares = sharing.complete(derived, values, others)
         masked = encode_upload(
             [g.reshape(-1) for g in partials],
             list(task.coefficients),
             list(task.rounding_keys),
             cfg.quantization,
             cfg.field,
-            mask=stream[: cfg.vector_length],
+            mask=mask,
             stats=self.stats,
         )
-        shares = sharing.encode(sharing.pieces_from_stream(stream))
         sealed = tuple(
             (
                 j,
                 seal(
                     self._key_for(j),
-                    shares[j].numpy().tobytes(),
+                    shares[row].numpy().tobytes(),
                     run_id=cfg.run_bytes,
                     round_=task.round,
                     sender=silo,
@@ -494,12 +563,13 @@ class ClientMachine:
                     purpose=SHARE_PURPOSE,
                 ),
             )
-            for j in sorted(self.roster)
+            for row, j in enumerate(others)
         )
-        # Every share travels sealed, this silo's own one included (sealed to itself): the
-        # recovery then needs no per-round state, which a node that processes two messages at
-        # once (Flower's simulation engine does) could overwrite with a stale copy.
+        # The recovery needs no per-round state (a node that processes two messages at once,
+        # as Flower's simulation engine does, could overwrite it with a stale copy): derived
+        # shares, this silo's own included, are recomputed from keys and the relayed context.
         self.stage = ClientStage.UPLOADED
+        self.uploaded = tuple(sorted({*self.uploaded, task.round}))[-MAX_UNVERIFIED_ROUNDS:]
         return Upload(
             digest=cfg.digest,
             round=task.round,
@@ -507,6 +577,8 @@ class ClientMachine:
             recipient=SERVER,
             masked=masked,
             shares=sealed,
+            context=context,
+            tags=tuple(tags),
         )
 
     # ------------------------------------------------------------------ 3. recovery
@@ -546,7 +618,19 @@ class ClientMachine:
         _, silo, _ = self._identity()
         m = cfg.sharing.piece_length
         shares = []
-        for i, box in zip(survivors, msg.shares, strict=True):
+        tokens = msg.tokens or (b"",) * len(survivors)
+        if len(tokens) != len(survivors):
+            raise RemoteProtocolError("one share or token per survivor is required", sender=SERVER)
+        for i, box, token in zip(survivors, msg.shares, tokens, strict=True):
+            if bool(token) == bool(box):
+                raise RemoteProtocolError(
+                    f"silo {i}'s entry must be a sealed share or a derived-share token, not "
+                    "both or neither",
+                    sender=SERVER,
+                )
+            if token:
+                shares.append(self._rederive(cfg, msg.round, i, silo, token, roster))
+                continue
             raw = open_sealed(
                 self._key_for(i, roster),
                 box,
@@ -563,7 +647,7 @@ class ClientMachine:
                 shares.append(cfg.field.validate(share, name=f"share from silo {i}"))
             except InputError as exc:  # authenticated, yet not field elements: its sender lied
                 raise RemoteProtocolError(str(exc), sender=i) from None
-        agg = cfg.field.matmul(rows, shares)
+        agg = cfg.field.matmul(rows, shares, validate=False)  # each share checked above
         self.round = max(self.round, msg.round)
         self.recovered_round = msg.round
         self.floor = max(self.floor, msg.round)
@@ -572,6 +656,39 @@ class ClientMachine:
         return RecoveryReply(
             digest=cfg.digest, round=msg.round, sender=silo, recipient=SERVER, rows=agg
         )
+
+    def _rederive(
+        self,
+        cfg: ProtocolConfig,
+        round_: int,
+        sender: int,
+        silo: int,
+        token: bytes,
+        roster: dict[int, bytes],
+    ) -> torch.Tensor:
+        """The share ``sender`` derived for this silo, after its key-confirmation tag checks."""
+        if len(token) != CONTEXT_BYTES + CONFIRM_BYTES:
+            raise RemoteProtocolError(
+                f"a share token has {len(token)} bytes, expected {CONTEXT_BYTES + CONFIRM_BYTES}",
+                sender=SERVER,
+            )
+        context, tag = token[:CONTEXT_BYTES], token[CONTEXT_BYTES:]
+        share, expect = self._derived_share(sender, silo, round_, context, roster)
+        if not tags_match(tag, expect):
+            if sender == silo:  # our own share: our keys changed since the upload
+                raise NeedsKeysError(
+                    f"{NEEDS_KEYS}: this silo's own derived share of round {round_} does not "
+                    "confirm: its keys changed since its upload (a restarted node?); rekey it",
+                    sender=SERVER,
+                )
+            raise KeyConfirmationError(
+                f"its derived mask share for silo {silo} in round {round_} fails key "
+                f"confirmation: silo {sender} derived it with other keys than silo {silo} holds "
+                f"(a stale roster, or a silo that rekeyed after the round started); rekey silo "
+                f"{sender} and silo {silo} (or the tag was altered in transit)",
+                sender=sender,
+            )
+        return share
 
     # ------------------------------------------------------------------ persistence
     def to_bytes(self) -> bytes:
@@ -585,6 +702,7 @@ class ClientMachine:
             "round": self.round,
             "recovered_round": self.recovered_round,
             "trained": list(self.trained),
+            "uploaded": list(self.uploaded),
             "floor": self.floor,
             "task": None,
         }
@@ -636,15 +754,17 @@ class ClientMachine:
             # a state saved before unverified rounds were tracked: its round is the floor
             m.floor = int(state.get("floor", m.round))
             m.trained = tuple(int(r) for r in state.get("trained", ()))
+            m.uploaded = tuple(int(r) for r in state.get("uploaded", ()))
         except (ValueError, KeyError, TypeError, RemoteProtocolError) as exc:
             raise LocalProtocolError(
                 f"stored client state is unreadable: {type(exc).__name__}"
             ) from None
         if m.stage == ClientStage.TRAINING and m.config is not None and m.silo is not None:
-            m._task = m._task_for(m.round)
+            request = request_digest(m.config.digest, m.round, tuple(sorted(m.roster.items())))
+            m._task = m._task_for(m.round, request)
         return m
 
-    def _task_for(self, round_: int) -> TrainTask:
+    def _task_for(self, round_: int, request: bytes) -> TrainTask:
         """What this silo trains in ``round_``: its partitions, code row and rounding keys."""
         cfg, silo, _ = self._identity()
         code = cfg.gradient_code
@@ -655,4 +775,5 @@ class ClientMachine:
             partitions=support,
             coefficients=tuple(int(c) for c in code.coefficients(silo)),
             rounding_keys=tuple(RoundingKey.for_partition(cfg.seed_id, round_, k) for k in support),
+            request=request,
         )

@@ -263,10 +263,11 @@ class ProtocolConfig:
         return hashlib.sha256(b"coded-fl/config/v1" + self.to_json()).digest()[:8]
 
     def upload_elements(self) -> int:
-        """Field elements in one silo's upload: its masked vector (d) and a share of m for each
-        of the n silos, itself included: d + n m = (1 + n/(U-T)) d when U - T divides d. (Its
+        """Field elements in one silo's upload with a full roster: its masked vector (d) and a
+        sealed share of m for each of the n - U silos outside its derived set (the U others
+        rederive theirs): d + (n - U) m = (1 + (n-U)/(U-T)) d when U - T divides d. (Its
         recovery reply adds m per weight row.)"""
-        return self.vector_length + self.n * self.sharing.piece_length
+        return self.vector_length + (self.n - self.U) * self.sharing.piece_length
 
     def describe(self) -> str:
         """The configuration in one line (n, s, T, U, K, d, p, code, share size, upload)."""
@@ -275,7 +276,7 @@ class ProtocolConfig:
             f"n={self.n} s={self.s} T={self.T} U={self.U} K={self.gradient_code.K} "
             f"d={self.vector_length} p={self.p} code={self.gradient_code.kind} share={m} "
             f"upload={self.upload_elements() / self.vector_length:.2f}x d "
-            f"(bound 1+n/(U-T)={1 + self.n / (self.U - self.T):.2f})"
+            f"(bound 1+(n-U)/(U-T)={1 + (self.n - self.U) / (self.U - self.T):.2f})"
             if math.isfinite(m)
             else ""
         )

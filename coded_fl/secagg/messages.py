@@ -32,6 +32,7 @@ import torch
 
 from coded_fl.crypto import KEY_BYTES, SEAL_OVERHEAD
 from coded_fl.errors import InputError, RemoteProtocolError
+from coded_fl.secagg.derive import CONFIRM_BYTES, CONTEXT_BYTES
 
 if TYPE_CHECKING:
     from coded_fl.secagg.config import ProtocolConfig
@@ -40,6 +41,7 @@ __all__ = [
     "HEADER_BYTES",
     "MAX_CONFIG_BYTES",
     "SERVER",
+    "TOKEN_BYTES",
     "VERSION",
     "Header",
     "KeyReply",
@@ -59,7 +61,7 @@ __all__ = [
 ]
 
 MAGIC = b"CFL"
-VERSION = 1
+VERSION = 2  # 2: seed-derived mask shares (context, tags, tokens)
 SERVER = -1
 _HEADER = struct.Struct("<3sBB8sQii")
 
@@ -107,18 +109,23 @@ class TrainRequest(Message):
 
 @dataclass(frozen=True, eq=False)
 class Upload(Message):
-    """Silo -> server: the masked coded vector and one sealed mask share per member (its own
-    share sealed to itself)."""
+    """Silo -> server: the masked coded vector; the context its derived shares are bound to,
+    one key-confirmation tag per member of its derived set (its own included), and one sealed
+    mask share per other member (see :mod:`coded_fl.secagg.derive`)."""
 
     TYPE: ClassVar[int] = 4
     masked: torch.Tensor = field(default_factory=lambda: torch.empty(0, dtype=torch.uint32))
     shares: tuple[tuple[int, bytes], ...] = ()
+    context: bytes = b""
+    tags: tuple[tuple[int, bytes], ...] = ()
 
 
 @dataclass(frozen=True)
 class RecoveryRequest(Message):
-    """Server -> silo: the survivor set, the weight rows to apply, and the sealed shares that
-    the survivors addressed to this silo (one per survivor, in the order of ``survivors``)."""
+    """Server -> silo: the survivor set, the weight rows to apply, and per survivor (in the
+    order of ``survivors``) either the sealed share it addressed to this silo (``shares``; its
+    ``tokens`` entry empty) or, for a share it derived, its context and key-confirmation tag
+    (``tokens``, :data:`TOKEN_BYTES`; its ``shares`` entry empty)."""
 
     TYPE: ClassVar[int] = 5
     survivors: tuple[int, ...] = ()
@@ -126,6 +133,7 @@ class RecoveryRequest(Message):
     shares: tuple[bytes, ...] = ()
     #: the survivors' public keys (the roster a silo needs even if it missed the TrainRequest)
     keys: tuple[bytes, ...] = ()
+    tokens: tuple[bytes, ...] = ()
 
 
 @dataclass(frozen=True, eq=False)
@@ -186,6 +194,9 @@ class Refusal(Message):
 
 
 _NO_SILO = -2  # the encoding of Refusal.accused = None
+
+#: Bytes of a derived share's token in a recovery request: the context and the tag.
+TOKEN_BYTES = CONTEXT_BYTES + CONFIRM_BYTES
 
 #: Longest configuration a KeyRequest may carry (bytes of JSON; a real one is under 1 KiB).
 MAX_CONFIG_BYTES = 1 << 16
@@ -309,16 +320,28 @@ def _encode(msg: Message) -> bytes:
         parts += [struct.pack("<i", s) + _blob(k) for s, k in msg.roster]
     elif isinstance(msg, Upload):
         parts.append(_blob(_vector_bytes(msg.masked)))
+        parts.append(_blob(msg.context))
+        parts.append(struct.pack("<I", len(msg.tags)))
+        parts += [struct.pack("<i", r) + _blob(c) for r, c in msg.tags]
         parts.append(struct.pack("<I", len(msg.shares)))
         parts += [struct.pack("<i", r) + _blob(c) for r, c in msg.shares]
     elif isinstance(msg, RecoveryRequest):
         n = len(msg.survivors)
-        if any(len(w) != n for w in msg.weights) or len(msg.shares) != n or len(msg.keys) != n:
-            raise InputError("RecoveryRequest: weights, shares, keys must match the survivors")
+        tokens = msg.tokens or (b"",) * n
+        if (
+            any(len(w) != n for w in msg.weights)
+            or len(msg.shares) != n
+            or len(msg.keys) != n
+            or len(tokens) != n
+        ):
+            raise InputError(
+                "RecoveryRequest: weights, shares, tokens, keys must match the survivors"
+            )
         parts.append(struct.pack("<II", n, len(msg.weights)))
         parts.append(np.asarray(msg.survivors, dtype="<i4").tobytes())
         parts.append(np.asarray(msg.weights, dtype="<u4").reshape(-1).tobytes())
         parts += [_blob(c) for c in msg.shares]
+        parts += [_blob(t) for t in tokens]
         parts += [_blob(k) for k in msg.keys]
     elif isinstance(msg, RecoveryReply):
         rows = msg.rows
@@ -496,6 +519,7 @@ def decode(buf: bytes | bytearray | memoryview, *, limits: Limits | None = None)
     lim = limits
     key_size = None if lim is None else lim.public_key_bytes
     share_size = None if lim is None else lim.sealed_share_bytes
+    tag_size = None if lim is None else CONFIRM_BYTES
     silos = None if lim is None else lim.silos
     msg: Message
     if cls is KeyRequest:
@@ -520,9 +544,12 @@ def decode(buf: bytes | bytearray | memoryview, *, limits: Limits | None = None)
                 f"masked vector has {nbytes // 4} elements, expected {lim.vector_length}"
             )
         masked = r.vector(nbytes // 4)
+        context = r.blob(None if lim is None else CONTEXT_BYTES, "share context")
+        n = r.count(8, silos, "tags")
+        tags = tuple((r.unpack("<i")[0], r.blob(tag_size, "confirmation tag")) for _ in range(n))
         n = r.count(8, silos, "shares")
         shares = tuple((r.unpack("<i")[0], r.blob(share_size, "sealed share")) for _ in range(n))
-        msg = Upload(**head, masked=masked, shares=shares)
+        msg = Upload(**head, masked=masked, shares=shares, context=context, tags=tags)
     elif cls is RecoveryRequest:
         n, rows = r.unpack("<II")
         # every weight row has one entry per survivor and n - s >= 1, so rows <= |S|
@@ -533,14 +560,26 @@ def decode(buf: bytes | bytearray | memoryview, *, limits: Limits | None = None)
             )
         if rows > most:
             raise RemoteProtocolError(f"{rows} weight rows for {n} survivors (at most {most})")
-        if 4 * n * (3 + rows) > r.left():  # survivors, weights, two length fields each
+        if 4 * n * (4 + rows) > r.left():  # survivors, weights, three length fields each
             raise RemoteProtocolError("message is truncated or has a bad length field")
         survivors = tuple(int(v) for v in np.frombuffer(r.take(4 * n), dtype="<i4"))
         w = np.frombuffer(r.take(4 * n * rows), dtype="<u4").reshape(rows, n)
         weights = tuple(tuple(int(v) for v in row) for row in w)
-        boxes = tuple(r.blob(share_size, "sealed share") for _ in range(n))
+        boxes = tuple(r.blob(None, "sealed share") for _ in range(n))
+        tokens = tuple(r.blob(None, "share token") for _ in range(n))
         keys = tuple(r.blob(key_size, "public key") for _ in range(n))
-        msg = RecoveryRequest(**head, survivors=survivors, weights=weights, shares=boxes, keys=keys)
+        for box, token in zip(boxes, tokens, strict=True):  # exactly one of the two
+            if lim is not None and (len(box), len(token)) not in (
+                (share_size, 0),
+                (0, TOKEN_BYTES),
+            ):
+                raise RemoteProtocolError(
+                    f"a survivor's entry has a sealed share of {len(box)} bytes and a token of "
+                    f"{len(token)} bytes; expected exactly one ({share_size} or {TOKEN_BYTES})"
+                )
+        msg = RecoveryRequest(
+            **head, survivors=survivors, weights=weights, shares=boxes, keys=keys, tokens=tokens
+        )
     elif cls is Refusal:
         code, accused, bound = r.unpack("<BiQ")
         try:

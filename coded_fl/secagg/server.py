@@ -8,7 +8,8 @@ Theory of operation (``docs/protocol.md`` has the whole protocol and its proofs)
   ``uploads_ready`` turns true at max(n-s, U) uploads; the driver then calls
   ``close_collection`` (it never waits for the rest), which fixes the survivor set S and returns
   one RecoveryRequest per survivor: the weights (the code's decoding vector for S, plus parity
-  checks when extra uploads came in) and the sealed shares the survivors addressed to it.
+  checks when extra uploads came in) and, per survivor, the sealed share it addressed to that
+  silo or, for a share it derived (the silo is in its derived set), its context and tag.
 - ``receive(RecoveryReply)``; ``recovery_ready`` at U replies; ``finish`` decodes
   :math:`\\sum_k q(g_k) = \\sum_{i\\in S} a_i y_i - \\sum_{i \\in S} a_i z_i` and dequantizes it.
 - A round that cannot complete (too few uploads or recovery replies by the driver's deadline,
@@ -52,6 +53,7 @@ from coded_fl.errors import (
 )
 from coded_fl.quantize import dequantize
 from coded_fl.secagg.config import ProtocolConfig
+from coded_fl.secagg.derive import CONFIRM_BYTES, CONTEXT_BYTES
 from coded_fl.secagg.messages import (
     SERVER,
     KeyReply,
@@ -287,14 +289,28 @@ class ServerMachine:
                 f"upload has {msg.masked.numel()} elements, expected {cfg.vector_length}",
                 sender=msg.sender,
             )
-        recipients = [r for r, _ in msg.shares]
-        if recipients != sorted(self.roster):
+        members = sorted(self.roster)
+        derived = cfg.sharing.derived_set(msg.sender, members)
+        if [r for r, _ in msg.tags] != list(derived):
             raise RemoteProtocolError(
-                "upload must carry one share per roster silo, in order", sender=msg.sender
+                f"upload must carry one confirmation tag per silo of its derived set {derived}, "
+                "in order",
+                sender=msg.sender,
+            )
+        if [r for r, _ in msg.shares] != [j for j in members if j not in derived]:
+            raise RemoteProtocolError(
+                "upload must carry one sealed share per roster silo outside its derived set, "
+                "in order",
+                sender=msg.sender,
             )
         size = 4 * cfg.sharing.piece_length + SEAL_OVERHEAD
         if any(len(c) != size for _, c in msg.shares):
             raise RemoteProtocolError(f"a sealed share is not {size} bytes", sender=msg.sender)
+        if len(msg.context) != CONTEXT_BYTES or any(len(t) != CONFIRM_BYTES for _, t in msg.tags):
+            raise RemoteProtocolError(
+                f"the share context must be {CONTEXT_BYTES} bytes and every tag {CONFIRM_BYTES}",
+                sender=msg.sender,
+            )
         try:
             cfg.field.validate(msg.masked, name="masked upload")
         except ValueError as exc:
@@ -343,8 +359,13 @@ class ServerMachine:
         weights = tuple(tuple(int(v) for v in row) for row in rows)
         keys = tuple(self.roster[i] for i in survivors)
         requests = []
+        sealed = {i: dict(rnd.uploads[i].shares) for i in survivors}
+        tags = {i: dict(rnd.uploads[i].tags) for i in survivors}
         for j in ask:
-            boxes = tuple(dict(rnd.uploads[i].shares)[j] for i in survivors)
+            boxes = tuple(sealed[i].get(j, b"") for i in survivors)
+            tokens = tuple(
+                rnd.uploads[i].context + tags[i][j] if j in tags[i] else b"" for i in survivors
+            )
             requests.append(
                 RecoveryRequest(
                     digest=cfg.digest,
@@ -355,6 +376,7 @@ class ServerMachine:
                     weights=weights,
                     shares=boxes,
                     keys=keys,
+                    tokens=tokens,
                 )
             )
         return requests

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import torch
@@ -141,6 +141,78 @@ class MaskSharing:
     def encode(self, pieces: torch.Tensor) -> torch.Tensor:
         """The n shares (n, m) of one silo's pieces."""
         return self.field.matmul(self.encoding_matrix, pieces)
+
+    def derived_set(self, sender: int, members: Sequence[int]) -> tuple[int, ...]:
+        """:math:`P_i`: the U members whose shares of ``sender``'s mask are derived, not sent.
+
+        The U members after ``sender`` cyclically (in silo order), ``sender`` included: public
+        and deterministic, so the server and every silo agree on it. Silos without keys are
+        not members (the fallback: the next member with keys takes their place).
+
+        Parameters
+        ----------
+        sender
+            Silo i (a member).
+        members
+            The roster: the silos with keys this round (at least U of them).
+
+        Returns
+        -------
+        tuple[int, ...]
+            U silo ids, ascending.
+
+        Raises
+        ------
+        InputError
+            If ``sender`` is not a member or there are fewer than U members.
+        """
+        ids = sorted(set(members))
+        if sender not in ids or len(ids) < self.U:
+            raise InputError(
+                f"silo {sender} needs to be one of at least U={self.U} members, got {ids}"
+            )
+        at = ids.index(sender)
+        return tuple(sorted(ids[(at + t) % len(ids)] for t in range(self.U)))
+
+    @functools.lru_cache(maxsize=256)  # noqa: B019 - the instance is long-lived and hashable
+    def _completion_matrix(self, derived: tuple[int, ...], others: tuple[int, ...]) -> np.ndarray:
+        targets = np.concatenate([self.betas[: self.U - self.T], self.alphas[list(others)]])
+        return lagrange_basis(self.alphas[list(derived)], targets, self.field.p)
+
+    def complete(
+        self, derived: tuple[int, ...], values: torch.Tensor, others: tuple[int, ...]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The mask and the shares for ``others`` from the U shares of ``derived``.
+
+        The U values :math:`f_i(\\alpha_j), j \\in P_i` fix :math:`f_i`; one fixed
+        ((U - T) + |others|) x U Lagrange matrix per (P_i, others), cached, gives the U - T data
+        pieces (the mask: their first d elements) and the shares :math:`f_i(\\alpha_j)` of
+        the others. If the U values are uniform, so is :math:`f_i`: the same distribution as
+        sharing a uniform mask with uniform noise pieces.
+
+        Parameters
+        ----------
+        derived
+            :math:`P_i` (U silo ids).
+        values
+            (U, m) uint32: the derived shares, in the order of ``derived``.
+        others
+            The silos whose shares are sent.
+
+        Returns
+        -------
+        tuple[torch.Tensor, torch.Tensor]
+            The mask (d,) and the others' shares (len(others), m).
+        """
+        if len(derived) != self.U or tuple(values.shape) != (self.U, self.piece_length):
+            raise InputError(
+                f"need U={self.U} derived shares of {self.piece_length}, got "
+                f"{len(derived)} ids and shape {tuple(values.shape)}"
+            )
+        matrix = self._completion_matrix(tuple(derived), tuple(others))
+        out = self.field.matmul(matrix, values, validate=False)  # PRF output: in the field
+        data = self.U - self.T
+        return out[:data].reshape(-1)[: self.d], out[data:]
 
     @functools.lru_cache(maxsize=256)  # noqa: B019 - the instance is long-lived and hashable
     def _decoding_matrix(self, holders: tuple[int, ...]) -> np.ndarray:

@@ -8,6 +8,11 @@ received per silo, for the coded secure aggregation and, in the same run, for pl
 (each silo serialises its float32 update, the server parses and adds them). The ratios are the
 figures; Flower's SecAgg+ primitives (its quantizer, its mask PRG, its Shamir combine) are timed
 in the same process for comparison.
+
+Bytes per survivor and round, against plain FedAvg's: the model download (4d bytes, the same in
+both) plus every protocol message a survivor sends and receives in the round (TrainRequest,
+Upload, RecoveryRequest, RecoveryReply; mean over the survivors), over the model download plus
+one plain upload. Also measured at the main job's defaults (n = 10, s = T = 2, U = 8).
 """
 
 from __future__ import annotations
@@ -92,7 +97,12 @@ def _coded_round(
     o = last[-1]
     ups = [o.bytes_up[i] for i in o.bytes_up]
     downs = [o.bytes_down[i] for i in o.bytes_down]
+    if not isinstance(o.result, RoundResult):  # pragma: no cover - checked per round above
+        raise RuntimeError("benchmark round aborted")
+    survivors = o.result.survivors
+    per_survivor = statistics.mean(o.bytes_up.get(i, 0) + o.bytes_down.get(i, 0) for i in survivors)
     return {
+        "per_survivor": per_survivor,
         "client": statistics.median(client),
         "client_total": statistics.median(client_total),
         "server": statistics.median(server),
@@ -142,62 +152,85 @@ def run(report: Report, *, quick: bool) -> None:
         "timing": "thread CPU time; client = median silo per round",
     }
     goal_ratio = None
+    settings: list[tuple[int, int, int, int | None, str]] = []
     for n in sizes:
         s = max(1, n // 10)
+        settings += [(n, s, s, None, "T=s"), (n, s, (n - s) // 2, None, "T=(n-s)/2")]
+        if n == 10:
+            settings.append((10, 2, 2, 8, "main job: s=T=2, U=8"))
+    byte_goals = {
+        (10, 1, 1, 9): 1.25,  # the rounds-benchmark settings
+        (20, 2, 2, 18): 1.25,
+        (10, 2, 2, 8): 1.45,  # the main job's defaults
+    }
+    for n, s, t, u, t_label in settings:
         dropped = set(range(n - s, n))
-        for t_label, t in (("T=s", s), ("T=(n-s)/2", (n - s) // 2)):
-            cfg = ProtocolConfig(
-                num_silos=n,
-                num_stragglers=s,
-                privacy_threshold=t,
-                vector_length=d,
-                run_id=f"bench-{n}",
+        cfg = ProtocolConfig(
+            num_silos=n,
+            num_stragglers=s,
+            privacy_threshold=t,
+            recovery_threshold=u,
+            vector_length=d,
+            run_id=f"bench-{n}",
+        )
+        coded = _coded_round(cfg, dropped, rounds, seed=n)
+        _plain_round(cfg, dropped, seed=n)  # warm-up (kernels, allocator)
+        plain = _plain_round(cfg, dropped, seed=n)
+        flt = _float_round(n, d, dropped, seed=n)
+        ratio = (coded["client"] + coded["server"]) / (plain["client"] + plain["server"])
+        ratio_all = (coded["client_total"] + coded["server"]) / (
+            plain["client_total"] + plain["server"]
+        )
+        row = report.add(
+            kind="coded_vs_plain",
+            n=n,
+            s=s,
+            T=t,
+            U=cfg.U,
+            privacy=t_label,
+            d=d,
+            client_cpu_s=coded["client"],
+            server_cpu_s=coded["server"],
+            plain_client_cpu_s=plain["client"],
+            plain_server_cpu_s=plain["server"],
+            overhead_ratio_one_silo_plus_server=ratio,
+            overhead_ratio_all_silos_plus_server=ratio_all,
+            upload_bytes=coded["up"],
+            download_bytes=coded["down"],
+            plain_upload_bytes=plain["up"],
+            float_client_cpu_s=flt["client"],
+            float_server_cpu_s=flt["server"],
+            upload_elements_ratio=cfg.upload_elements() / d,
+            upload_ratio=coded["up"] / plain["up"],
+            upload_bound_1_plus_n_minus_U_over_U_minus_T=1 + (n - cfg.U) / (cfg.U - t),
+            per_survivor_bytes=coded["per_survivor"],
+            per_survivor_bytes_ratio_vs_fedavg=(4 * d + coded["per_survivor"])
+            / (4 * d + plain["up"]),
+            round_trips_per_round=2,
+        )
+        target = byte_goals.get((n, s, t, cfg.U))
+        if target is not None:
+            report.goal(
+                f"bytes per survivor and round / plain FedAvg's at n={n}, s={s}, T={t}, U={cfg.U}",
+                row["per_survivor_bytes_ratio_vs_fedavg"],
+                target,
+                applies=not quick,
             )
-            coded = _coded_round(cfg, dropped, rounds, seed=n)
-            _plain_round(cfg, dropped, seed=n)  # warm-up (kernels, allocator)
-            plain = _plain_round(cfg, dropped, seed=n)
-            flt = _float_round(n, d, dropped, seed=n)
-            ratio = (coded["client"] + coded["server"]) / (plain["client"] + plain["server"])
-            ratio_all = (coded["client_total"] + coded["server"]) / (
-                plain["client_total"] + plain["server"]
+        if n == 20 and t_label == "T=s":
+            goal_ratio = row["overhead_ratio_one_silo_plus_server"]
+            report.goal(
+                f"per-silo upload (field elements sent per round / d) <= 1 + (n-U)/(U-T) at n={n}",
+                row["upload_elements_ratio"],
+                row["upload_bound_1_plus_n_minus_U_over_U_minus_T"],
+                applies=not quick,
             )
-            row = report.add(
-                kind="coded_vs_plain",
-                n=n,
-                s=s,
-                T=t,
-                U=cfg.U,
-                privacy=t_label,
-                d=d,
-                client_cpu_s=coded["client"],
-                server_cpu_s=coded["server"],
-                plain_client_cpu_s=plain["client"],
-                plain_server_cpu_s=plain["server"],
-                overhead_ratio_one_silo_plus_server=ratio,
-                overhead_ratio_all_silos_plus_server=ratio_all,
-                upload_bytes=coded["up"],
-                download_bytes=coded["down"],
-                plain_upload_bytes=plain["up"],
-                float_client_cpu_s=flt["client"],
-                float_server_cpu_s=flt["server"],
-                upload_elements_ratio=cfg.upload_elements() / d,
-                upload_ratio=coded["up"] / plain["up"],
-                upload_bound_1_plus_n_over_U_minus_T=1 + n / (cfg.U - t),
-                round_trips_per_round=2,
-            )
-            if n == 20 and t_label == "T=s":
-                goal_ratio = row["overhead_ratio_one_silo_plus_server"]
-                report.goal(
-                    f"per-silo upload (field elements sent per round / d) <= 1 + n/(U-T) at n={n}",
-                    row["upload_elements_ratio"],
-                    row["upload_bound_1_plus_n_over_U_minus_T"],
-                    applies=not quick,
-                )
-        _secaggplus_primitives(report, d, n)
+        if t_label == "T=(n-s)/2":
+            _secaggplus_primitives(report, d, n)
     if goal_ratio is not None:
         report.goal(
-            f"protocol CPU (one silo + server) at n=20, d={d:.0e} <= 3x plain summation",
+            f"protocol CPU (one silo + server) at n=20, d={d:.0e} <= 2.37x plain summation "
+            "(its value before seed-derived shares)",
             goal_ratio,
-            3.0,
+            2.37,
             applies=not quick,
         )

@@ -4,23 +4,25 @@ app's ``tamper_mod`` (run config ``tamper-site``, ``tamper-target``) and
 
 from __future__ import annotations
 
+import dataclasses
+
 from coded_fl.secagg.messages import Upload
 
 __all__ = ["forge_shares"]
 
 
 def forge_shares(upload: Upload, *, target: int = -1) -> Upload:
-    """``upload`` with one byte flipped in the sealed share for silo ``target`` (-1: in every
-    share): what a lying silo, or anything on the relay path, could do to a share."""
+    """``upload`` with one byte flipped in what it sends for silo ``target`` (-1: for every
+    other silo): the sealed share, or for a share it derived the key-confirmation tag. What a
+    lying silo, or anything on the relay path, could do to a share."""
     shares = tuple(
         (j, bytes([box[0] ^ 0x5A]) + box[1:]) if target in (-1, j) else (j, box)
         for j, box in upload.shares
     )
-    return Upload(
-        digest=upload.digest,
-        round=upload.round,
-        sender=upload.sender,
-        recipient=upload.recipient,
-        masked=upload.masked,
-        shares=shares,
+    tags = tuple(
+        (j, bytes([tag[0] ^ 0x5A]) + tag[1:])
+        if target in (-1, j) and j != upload.sender
+        else (j, tag)
+        for j, tag in upload.tags
     )
+    return dataclasses.replace(upload, shares=shares, tags=tags)

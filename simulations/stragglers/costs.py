@@ -207,17 +207,27 @@ class CostModel:
 
     def bytes(self, what: str, *, n: int, s: int, d: int) -> int:
         """Wire sizes: the codec's layout (:mod:`coded_fl.secagg.messages`; 29-byte header,
-        sealed shares of 4m + SEAL_OVERHEAD bytes: a 12-byte nonce and a 16-byte tag); the
-        benchmark checks them against measured sizes."""
+        sealed shares of 4m + SEAL_OVERHEAD bytes: a 12-byte nonce and a 16-byte tag; the U
+        shares of a silo's derived set are not sent, an 8-byte confirmation tag each is); the
+        benchmark checks them against measured sizes. The recovery request is the one to the
+        first survivor (silo 0) when the last s silos straggle, as measured."""
         T = privacy_for(n, s)
-        m = math.ceil(d / (n - s - T))
-        k = n - s
+        U = k = n - s
+        m = math.ceil(d / (U - T))
+        # survivors i in 0..k-1 whose derived set (the U silos from i on, cyclically) holds
+        # silo 0: i = 0 and i > n - U
+        derived_for_0 = 1 + max(0, k - 1 - (n - U))
         sizes = {
             "train_request": 33 + 40 * n,
-            # its own share too (sealed to itself); per share: recipient and length (8)
-            "upload": 37 + 4 * d + n * (8 + SEAL_OVERHEAD + 4 * m),
-            # per survivor: index and weight (12), public key (36), the share sealed to the silo
-            "recovery_request": 37 + 48 * k + k * (SEAL_OVERHEAD + 4 * m),
+            # masked vector, context (4 + 16), per tag: recipient, length, 8 bytes (16), per
+            # sealed share: recipient and length (8)
+            "upload": 61 + 4 * d + 16 * U + (n - U) * (8 + SEAL_OVERHEAD + 4 * m),
+            # per survivor: index and weight (12), public key (36), two lengths (8), then the
+            # share sealed to the silo or the derived share's token (context and tag: 24)
+            "recovery_request": 37
+            + 52 * k
+            + derived_for_0 * 24
+            + (k - derived_for_0) * (SEAL_OVERHEAD + 4 * m),
             "recovery_reply": 37 + 4 * m,
             "plain_upload": 4 * d,
         }

@@ -51,25 +51,28 @@ def fields(raw: bytes) -> list[Field]:
 
     if kind in (1, 2):  # KeyRequest config / KeyReply public key
         blob("config" if kind == 1 else "public_key")
-    elif kind in (3, 4):  # TrainRequest roster / Upload masked + shares
+    elif kind in (3, 4):  # TrainRequest roster / Upload masked, context, tags, shares
+        lists = [("roster", "key")]
         if kind == 4:
-            out.append(Field(pos, "length", "masked"))
-            pos += 4 + u32(pos)
-        count = u32(pos)
-        out.append(Field(pos, "count", "roster" if kind == 3 else "shares"))
-        pos += 4
-        for _ in range(count):
-            out.append(Field(pos, "id", "silo"))
+            blob("masked")
+            blob("context")
+            lists = [("tags", "tag"), ("shares", "share")]
+        for name, item in lists:
+            count = u32(pos)
+            out.append(Field(pos, "count", name))
             pos += 4
-            blob("key" if kind == 3 else "share")
+            for _ in range(count):
+                out.append(Field(pos, "id", "silo"))
+                pos += 4
+                blob(item)
     elif kind == 5:  # RecoveryRequest
         n, rows = struct.unpack_from("<II", raw, pos)
         out += [Field(pos, "count", "survivors"), Field(pos + 4, "count", "rows")]
         pos += 8
         out += [Field(pos + 4 * i, "id", "survivor") for i in range(n)]
         pos += 4 * n + 4 * n * rows
-        for i in range(2 * n):
-            blob("share" if i < n else "key")
+        for i in range(3 * n):
+            blob(("share", "token", "key")[i // n])
     elif kind == 6:  # RecoveryReply
         out += [Field(pos, "count", "rows"), Field(pos + 4, "count", "cols")]
     elif kind == 7:  # Refusal

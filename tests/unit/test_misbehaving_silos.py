@@ -23,9 +23,13 @@ from simulations.runtime.secagg_harness import Harness, Silo
 
 
 def garble(upload: Upload) -> Upload:
-    """Every sealed share of ``upload`` with its first byte flipped: no recipient opens it."""
+    """Every sealed share and every other silo's confirmation tag of ``upload`` with its first
+    byte flipped: no recipient opens or confirms the shares it sent or derived for others."""
     shares = tuple((j, bytes([box[0] ^ 0x5A]) + box[1:]) for j, box in upload.shares)
-    return dataclasses.replace(upload, shares=shares)
+    tags = tuple(
+        (j, t if j == upload.sender else bytes([t[0] ^ 0x5A]) + t[1:]) for j, t in upload.tags
+    )
+    return dataclasses.replace(upload, shares=shares, tags=tags)
 
 
 # ---------------------------------------------------------------------- (a) accused silos
@@ -81,7 +85,8 @@ def test_one_accuser_cannot_exclude_a_silo() -> None:
 
     def one(upload: Upload) -> Upload:
         shares = tuple((j, bytes([b[0] ^ 1]) + b[1:] if j == 1 else b) for j, b in upload.shares)
-        return dataclasses.replace(upload, shares=shares)
+        tags = tuple((j, bytes([t[0] ^ 1]) + t[1:] if j == 1 else t) for j, t in upload.tags)
+        return dataclasses.replace(upload, shares=shares, tags=tags)
 
     out = h.run_round(1, behaviour={0: Silo(forge=one), 3: Silo(delay=5), 4: Silo(delay=5)})
     assert isinstance(out.result, RoundAborted) and out.result.suspects == ()

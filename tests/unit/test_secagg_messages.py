@@ -45,7 +45,14 @@ def samples():
             digest=D, round=5, sender=-1, recipient=2, roster=((0, b"a" * 32), (2, b"b" * 32))
         ),
         Upload(
-            digest=D, round=5, sender=2, recipient=-1, masked=v, shares=((0, b"xy"), (2, b"zz"))
+            digest=D,
+            round=5,
+            sender=2,
+            recipient=-1,
+            masked=v,
+            shares=((0, b"xy"), (2, b"zz")),
+            context=b"c" * 16,
+            tags=((1, b"t" * 8),),
         ),
         RecoveryRequest(
             digest=D,
@@ -54,8 +61,9 @@ def samples():
             recipient=0,
             survivors=(0, 2),
             weights=((1, 2), (3, 4)),
-            shares=(b"s0", b"s2"),
+            shares=(b"s0", b""),
             keys=(b"a" * 32, b"b" * 32),
+            tokens=(b"", b"t" * 24),
         ),
         RecoveryReply(digest=D, round=5, sender=0, recipient=-1, rows=v[:6].reshape(2, 3)),
     ]
@@ -84,8 +92,7 @@ def test_round_trip(msg):
 def test_vectors_travel_as_four_bytes_per_element():
     up = samples()[3]
     assert (
-        len(encode(up))
-        - len(encode(Upload(digest=D, round=5, sender=2, recipient=-1, shares=up.shares)))
+        len(encode(up)) - len(encode(replace(up, masked=torch.empty(0, dtype=torch.uint32))))
         == 4 * 7
     )
 
@@ -226,10 +233,15 @@ def _over_limit_variants() -> list[tuple[str, Message]]:
                 weights=((1,) * n1,),
                 shares=(rq.shares[0],) * n1,
                 keys=(rq.keys[0],) * n1,
+                tokens=(rq.tokens[0],) * n1,
             ),
         ),
         ("s + 2 weight rows", replace(rq, weights=rq.weights + rq.weights[:1] * (CFG.s + 1))),
         ("share of 3 bytes", replace(rq, shares=(b"abc", *rq.shares[1:]))),
+        ("token of 23 bytes", replace(rq, tokens=tuple(t[:-1] for t in rq.tokens))),
+        ("share and token", replace(rq, tokens=tuple(t or b"t" * 24 for t in rq.tokens))),
+        ("context of 15 bytes", replace(up, context=up.context[:-1])),
+        ("tag of 9 bytes", replace(up, tags=tuple((j, t + b"!") for j, t in up.tags))),
         ("key of 33 bytes", replace(rq, keys=(rq.keys[0] + b"!", *rq.keys[1:]))),
         ("s + 2 reply rows", replace(rr, rows=rr.rows[:1].repeat(CFG.s + 2, 1))),
         ("reply rows of m + 1", replace(rr, rows=torch.cat([rr.rows, rr.rows[:, :1]], 1))),
@@ -237,7 +249,7 @@ def _over_limit_variants() -> list[tuple[str, Message]]:
     ]
 
 
-@pytest.mark.parametrize("case", range(14))
+@pytest.mark.parametrize("case", range(18))
 def test_counts_beyond_the_configuration_are_refused_by_the_decoder(case):
     name, msg = _over_limit_variants()[case]
     raw = encode(msg)

@@ -17,7 +17,23 @@ import torch
 from scipy import stats
 
 from coded_fl.secagg import ProtocolConfig, RoundResult
+from coded_fl.secagg.sharing import MaskSharing
 from simulations.runtime.secagg_harness import Harness, Silo
+
+
+def tiny(n: int) -> ProtocolConfig:
+    """GF(11), n silos, s = 1, T = 1, U = 2, d = 1: small enough to enumerate every mask."""
+    return ProtocolConfig(
+        code="polynomial",
+        num_silos=n,
+        num_stragglers=1,
+        privacy_threshold=1,
+        recovery_threshold=2,
+        vector_length=1,
+        p=11,
+        scale=1.0,
+        headroom_bits=0,
+    )
 
 
 def exact_view_distribution(
@@ -62,17 +78,7 @@ def exact_view_distribution(
 
 def test_exact_view_is_identical_for_inputs_with_the_same_sum():
     # p = 11, n = 3, s = 1, T = 1, U = 2, K = 3, d = 1: all 11^6 mask/noise combinations.
-    cfg = ProtocolConfig(
-        code="polynomial",
-        num_silos=3,
-        num_stragglers=1,
-        privacy_threshold=1,
-        recovery_threshold=2,
-        vector_length=1,
-        p=11,
-        scale=1.0,
-        headroom_bits=0,
-    )
+    cfg = tiny(3)
     same_a, same_b, other = np.array([1, 10, 0]), np.array([0, 0, 0]), np.array([1, 1, 0])
     v1 = exact_view_distribution(cfg, same_a, [0, 1], None)
     assert v1 == exact_view_distribution(cfg, same_b, [0, 1], None)  # exactly the same
@@ -85,17 +91,7 @@ def test_exact_view_with_parity_rows_reveals_the_replica_differences_and_nothing
     # partition is one step off. The view (all 11^6 mask/noise combinations) depends on the
     # inputs only through the sum of the replicas decoded and the syndrome, i.e. the replicas'
     # difference: two splits of the same sum give the same view; another difference shows.
-    cfg = ProtocolConfig(
-        code="polynomial",
-        num_silos=3,
-        num_stragglers=1,
-        privacy_threshold=1,
-        recovery_threshold=2,
-        vector_length=1,
-        p=11,
-        scale=1.0,
-        headroom_bits=0,
-    )
+    cfg = tiny(3)
     every = [0, 1, 2]
     assert cfg.gradient_code.parity_checks(every).shape[0] == 1
     same_a, same_b = np.array([1, 10, 0]), np.array([4, 3, 4])
@@ -108,17 +104,7 @@ def test_exact_view_with_parity_rows_reveals_the_replica_differences_and_nothing
 def test_exact_view_with_a_colluding_silo_reveals_nothing_more():
     # p = 11, n = 4, s = 1, T = 1, U = 2, K = 4: silo 3 colludes with the server; the honest
     # partitions it does not hold get two splits of the same sum.
-    cfg = ProtocolConfig(
-        code="polynomial",
-        num_silos=4,
-        num_stragglers=1,
-        privacy_threshold=1,
-        recovery_threshold=2,
-        vector_length=1,
-        p=11,
-        scale=1.0,
-        headroom_bits=0,
-    )
+    cfg = tiny(4)
     colluder = 3
     free = [k for k in range(4) if k not in cfg.gradient_code.support(colluder)]
     assert len(free) >= 2
@@ -180,3 +166,73 @@ def test_full_protocol_view_statistics_do_not_depend_on_the_split_of_the_sum():
         table = np.array([[ca[c] for c in cells], [cb[c] for c in cells]])
         pvalues.append(stats.chi2_contingency(table)[1])
     assert min(pvalues) > 1e-3 / len(pvalues), pvalues  # Bonferroni over the pairs
+
+
+def exact_view_derived(
+    cfg: ProtocolConfig, q: np.ndarray, survivors: list[int], colluder: int | None
+) -> dict[tuple[int, ...], int]:
+    """As :func:`exact_view_distribution` with seed-derived shares (U - T = 1, d = 1): every
+    silo's U derived shares (the PRF idealised as uniform) are enumerated; its mask and its
+    sent shares are what :meth:`MaskSharing.complete` makes of them. The view adds the shares
+    the colluder derives itself (every share addressed to it, derived or received)."""
+    p, n = cfg.p, cfg.n
+    code, ms = cfg.gradient_code, cfg.sharing
+    u = ms.U
+    assert u - cfg.T == 1 and cfg.vector_length == 1
+    c = code.matrix.astype(np.int64) @ q % p
+    free = [i for i in range(n) if i != colluder]
+    grid = np.indices((p,) * (len(free) * u)).reshape(len(free) * u, -1).T
+    values = np.zeros((grid.shape[0], n, u), dtype=np.int64)  # silo i: its U derived shares
+    values[:, free, :] = grid.reshape(-1, len(free), u)
+    if colluder is not None:
+        values[:, colluder, :] = np.arange(3, 3 + u) % p
+    count = grid.shape[0]
+    # one MaskSharing whose pieces are as long as the grid: complete() does every row at once
+    wide = MaskSharing(n=n, privacy=cfg.T, threshold=u, length=count, field=cfg.field)
+    shares = np.zeros((count, n, n), dtype=np.int64)  # shares[:, i, j]: i's share for j
+    masks = np.zeros((count, n), dtype=np.int64)
+    members = list(range(n))
+    for i in range(n):
+        derived = wide.derived_set(i, members)
+        others = tuple(j for j in members if j not in derived)
+        vals = torch.from_numpy(values[:, i, :].T.copy().astype(np.uint32))
+        mask, sent = wide.complete(derived, vals, others)
+        masks[:, i] = mask.numpy().astype(np.int64)
+        shares[:, i, list(derived)] = values[:, i, :]
+        if others:
+            shares[:, i, list(others)] = sent.numpy().astype(np.int64).T
+    y = (c[None, :] + masks) % p
+    rows = np.asarray(code.decoding_vector(survivors), dtype=np.int64)[None, :]
+    agg = np.einsum("ri,nij->nrj", rows, shares[:, survivors, :][:, :, survivors]) % p
+    parts = [y, agg.reshape(count, -1)]
+    if colluder is not None:
+        parts.append(shares[:, :, colluder])
+    out, counts = np.unique(np.concatenate(parts, axis=1), axis=0, return_counts=True)
+    return {tuple(r): int(k) for r, k in zip(out.tolist(), counts.tolist(), strict=True)}
+
+
+def test_exact_view_with_derived_shares_and_a_colluder_is_the_same_for_two_splits():
+    # p = 11, n = 4, s = 1, T = 1, U = 2: each silo derives the shares of the two silos of its
+    # derived set and sends (sealed, opaque to the server) the other two. The server's view and
+    # silo 3's (every share addressed to it) are the same for two splits of one sum, differ for
+    # another sum.
+    cfg = tiny(4)
+    colluder = 3
+    free = [k for k in range(4) if k not in cfg.gradient_code.support(colluder)]
+    q1, q2, q3 = (np.zeros(4, dtype=np.int64) for _ in range(3))
+    q1[free[0]], q1[free[1]] = 1, 10
+    q3[free[0]] = 1
+    s = [0, 1, 2]
+    v1 = exact_view_derived(cfg, q1, s, colluder)
+    assert v1 == exact_view_derived(cfg, q2, s, colluder)
+    assert v1 != exact_view_derived(cfg, q3, s, colluder)
+
+
+def test_exact_view_with_derived_shares_and_no_colluder():
+    cfg = tiny(3)
+    same_a, same_b, other = np.array([1, 10, 0]), np.array([0, 0, 0]), np.array([1, 1, 0])
+    v1 = exact_view_derived(cfg, same_a, [0, 1], None)
+    assert v1 == exact_view_derived(cfg, same_b, [0, 1], None)
+    assert v1 != exact_view_derived(cfg, other, [0, 1], None)
+    # the same law as the protocol that drew the pieces and sent every share
+    assert v1 == exact_view_distribution(cfg, same_a, [0, 1], None)

@@ -1,0 +1,266 @@
+"""Seed-derived mask shares: the pitfalls of deriving U of a silo's n shares from pairwise keys.
+
+Direction in the key, no mask used twice, key confirmation naming the silo at fault, exact
+uniformity of derived shares (against an independent AES-CTR + rejection-sampling oracle), the
+mask and every share being evaluations of one polynomial, nothing sent with s = 0, and recovery
+with dropouts mixing derived and received shares.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+
+import numpy as np
+import pytest
+import torch
+from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
+
+from coded_fl.crypto import KeyPair
+from coded_fl.errors import KeyConfirmationError, MaskReuseError, RemoteProtocolError
+from coded_fl.field import PrimeField
+from coded_fl.secagg import ClientMachine, ProtocolConfig, RecoveryRequest, RoundResult, Upload
+from coded_fl.secagg.client import refusal_for
+from coded_fl.secagg.derive import derivation_root, derive_share_key, share_context
+from coded_fl.secagg.messages import RefusalCode, TrainRequest
+from coded_fl.secagg.sharing import MaskSharing
+from simulations.runtime.secagg_harness import Harness, Silo
+
+CFG = ProtocolConfig(num_silos=5, num_stragglers=1, privacy_threshold=1, vector_length=12)
+
+
+def keyed(cfg: ProtocolConfig = CFG, seed: int = 3) -> tuple[Harness, list[TrainRequest]]:
+    h = Harness(cfg, seed=seed)
+    h.setup()
+    return h, h.server.start_round(1)
+
+
+def uploads(h: Harness, trains: list[TrainRequest]) -> list[Upload]:
+    out = []
+    for q in trains:
+        c = h.clients[q.recipient]
+        task = c.receive(q)
+        out.append(c.upload(task, [h.partials(1, k) for k in task.partitions]))
+    return out
+
+
+def test_the_direction_is_in_the_key() -> None:
+    a, b = KeyPair.generate(), KeyPair.generate()
+    root = derivation_root(a, b.public_bytes, run_id=b"r", me=0, peer=1)
+    assert root == derivation_root(b, a.public_bytes, run_id=b"r", me=1, peer=0)
+    ctx = share_context(b"q", b"", nonce=bytes(16))
+    ab = derive_share_key(root, run_id=b"r", round_=1, sender=0, recipient=1, context=ctx)
+    ba = derive_share_key(root, run_id=b"r", round_=1, sender=1, recipient=0, context=ctx)
+    assert ab[0] != ba[0] and ab[1] != ba[1]
+    # in a real round the share i -> j differs from j -> i (both derived: 0 and 2 are in each
+    # other's derived set with n = 5, U = 4)
+    h, trains = keyed()
+    ups = {u.sender: u for u in uploads(h, trains)}
+    assert dict(ups[0].tags)[2] != dict(ups[2].tags)[0]
+    c = h.clients[0]
+    share12, _ = c._derived_share(0, 2, 1, ups[0].context, c.roster)
+    share21, _ = c._derived_share(2, 0, 1, ups[0].context, c.roster)
+    assert not torch.equal(share12, share21)
+
+
+def test_the_derivation_root_is_never_the_sealing_key() -> None:
+    h, trains = keyed()
+    c = h.clients[0]
+    c.receive(trains[0])
+    assert c._root_for(1) != c._key_for(1)
+    assert c._root_for(0) != c._key_for(0)
+
+
+def test_a_second_upload_for_a_round_is_refused_and_copies_never_share_a_mask() -> None:
+    h, trains = keyed()
+    c = h.clients[0]
+    task = c.receive(trains[0])
+    parts = [h.partials(1, k) for k in task.partitions]
+    snapshot = c.to_bytes()  # a stale copy of the state, taken before the upload
+    first = c.upload(task, parts)
+    with pytest.raises(MaskReuseError, match="already uploaded round 1"):
+        c.upload(task, parts)
+    restored = ClientMachine.from_bytes(c.to_bytes())  # the refusal survives persistence
+    with pytest.raises(MaskReuseError):
+        restored.upload(task, parts)
+    # a stale copy that never saw the upload uploads again: its context (a fresh nonce) and so
+    # its mask differ, so the server cannot subtract the two uploads to learn the update
+    stale = ClientMachine.from_bytes(snapshot, entropy=lambda k: b"\x07" * k)
+    second = stale.upload(stale._task, parts)
+    assert first.context != second.context
+    assert not torch.equal(first.masked, second.masked)
+    h.server.receive(first)
+    with pytest.raises(RemoteProtocolError, match="duplicate upload"):
+        h.server.receive(second)
+
+
+def test_the_model_digest_binds_the_mask() -> None:
+    outs = []
+    for model in (b"model-a", b"model-b"):
+        h, trains = keyed()
+        c = h.clients[0]
+        task = c.receive(trains[0])
+        outs.append(c.upload(task, [h.partials(1, k) for k in task.partitions], model_digest=model))
+    assert outs[0].context != outs[1].context  # same seed, same round: only the model differs
+
+
+def _recover_for(h: Harness, ups: list[Upload], j: int) -> RecoveryRequest:
+    for u in ups:
+        h.server.receive(u)
+    requests = h.server.close_collection()
+    assert isinstance(requests, list)
+    return next(r for r in requests if r.recipient == j)
+
+
+def test_a_stale_roster_is_named_by_key_confirmation_not_summed() -> None:
+    h, trains = keyed()
+    # silo 0 received a roster holding an outdated key of silo 1 (silo 1 rekeyed since)
+    stale_key = KeyPair.generate().public_bytes
+    q0 = trains[0]
+    roster = tuple((s, stale_key if s == 1 else k) for s, k in q0.roster)
+    trains = [dataclasses.replace(q0, roster=roster), *trains[1:]]
+    ups = uploads(h, trains)
+    req = _recover_for(h, ups, 1)
+    with pytest.raises(KeyConfirmationError, match="fails key confirmation") as err:
+        h.clients[1].receive(req)
+    assert err.value.sender == 0  # the silo whose derived share does not confirm
+    refusal = refusal_for(err.value, req)
+    assert refusal is not None and refusal.code == RefusalCode.ACCUSES and refusal.accused == 0
+
+
+def test_an_altered_tag_is_refused_naming_its_sender() -> None:
+    h, trains = keyed()
+    ups = uploads(h, trains)
+    ups[2] = dataclasses.replace(
+        ups[2], tags=tuple((j, bytes([t[0] ^ 1]) + t[1:]) for j, t in ups[2].tags)
+    )
+    req = _recover_for(h, ups, 3)
+    with pytest.raises(KeyConfirmationError) as err:
+        h.clients[3].receive(req)
+    assert err.value.sender == 2
+
+
+def test_own_keys_changed_since_the_upload_asks_for_a_rekey() -> None:
+    from coded_fl.errors import NeedsKeysError
+
+    h, trains = keyed()
+    ups = uploads(h, trains)
+    req = _recover_for(h, ups, 0)
+    fresh = ClientMachine(entropy=lambda k: b"\x09" * k)  # a restarted silo 0 with new keys
+    fresh.receive(_key_request(h, 0))
+    with pytest.raises(NeedsKeysError):
+        fresh.receive(req)
+
+
+def _key_request(h: Harness, silo: int):
+    from coded_fl.secagg.messages import SERVER, KeyRequest
+
+    cfg = h.config
+    return KeyRequest(
+        digest=cfg.digest, round=0, sender=SERVER, recipient=silo, config=cfg.to_json()
+    )
+
+
+def _oracle_elements(seed: bytes, count: int, p: int) -> list[int]:
+    """AES-256-CTR keystream (zero nonce), 32-bit little-endian words, low bits kept, words
+    >= p rejected: written from the definition, independently of coded_fl.prg."""
+    bits = (1 << p.bit_length()) - 1
+    enc = Cipher(algorithms.AES(seed), modes.CTR(bytes(16))).encryptor()
+    out: list[int] = []
+    while len(out) < count:
+        block = enc.update(bytes(4096))
+        for (w,) in np.frombuffer(block, dtype="<u4").reshape(-1, 1).tolist():  # word by word
+            v = w & bits
+            if v < p:
+                out.append(v)
+                if len(out) == count:
+                    break
+    return out
+
+
+def test_derived_shares_are_exactly_rejection_sampled() -> None:
+    # p = 17: 5 bits kept, 15 of 32 words rejected; the derived share must equal the oracle's
+    cfg = ProtocolConfig(
+        num_silos=4,
+        num_stragglers=1,
+        privacy_threshold=1,
+        vector_length=400,
+        p=17,
+        scale=1.0,
+        headroom_bits=0,
+        code="repetition",
+    )
+    h, trains = keyed(cfg)
+    ups = uploads(h, trains)
+    c = h.clients[1]
+    for i in (0, 1):
+        share, tag = c._derived_share(i, 1, 1, ups[i].context, c.roster)
+        assert tag == dict(ups[i].tags)[1]
+        seed, _ = derive_share_key(
+            c._root_for(i),
+            run_id=cfg.run_bytes,
+            round_=1,
+            sender=i,
+            recipient=1,
+            context=ups[i].context,
+        )
+        assert share.tolist() == _oracle_elements(seed, cfg.sharing.piece_length, 17)
+    counts = np.bincount(share.numpy().astype(np.int64), minlength=17)
+    assert counts.size == 17 and counts.min() > 0  # all of GF(17), nothing above
+
+
+def test_mask_and_every_share_are_one_polynomial() -> None:
+    F = PrimeField(2**31 - 1)
+    ms = MaskSharing(n=6, privacy=2, threshold=4, length=10, field=F)
+    members = [0, 1, 2, 4, 5]  # silo 3 has no key: the derived sets skip it
+    assert ms.derived_set(5, members) == (0, 1, 2, 5)
+    assert ms.derived_set(1, members) == (1, 2, 4, 5)
+    rng = np.random.default_rng(0)
+    derived = ms.derived_set(2, members)
+    values = torch.from_numpy(rng.integers(0, F.p, (4, ms.piece_length)).astype(np.uint32))
+    others = tuple(j for j in range(6) if j not in derived)
+    mask, sent = ms.complete(derived, values, others)
+    share = {**dict(zip(derived, values, strict=True)), **dict(zip(others, sent, strict=True))}
+    for holders in itertools.combinations(range(6), 4):
+        got = ms.decode({j: share[j][None] for j in holders})
+        assert torch.equal(got[0], mask)
+
+
+@pytest.mark.parametrize("n", [3, 5])
+def test_without_stragglers_no_share_is_sent(n: int) -> None:
+    cfg = ProtocolConfig(num_silos=n, num_stragglers=0, privacy_threshold=1, vector_length=9)
+    h = Harness(cfg, seed=1)
+    h.setup()
+    sent: list[Upload] = []
+
+    def spy(upload: Upload) -> Upload:
+        sent.append(upload)
+        return upload
+
+    out = h.run_round(1, {i: Silo(forge=spy) for i in range(n)})
+    assert isinstance(out.result, RoundResult)
+    assert len(sent) == n
+    assert all(u.shares == () and len(u.tags) == n for u in sent)
+    expected = h.expected_total(1).double() / cfg.quantization.scale
+    assert torch.allclose(out.result.total, expected)
+
+
+@pytest.mark.parametrize(
+    ("n", "s", "t", "u", "behaviour"),
+    [
+        (6, 2, 1, 3, {4: Silo(drop="train"), 1: Silo(drop="recovery")}),
+        (7, 2, 2, 4, {0: Silo(delay=9.0), 3: Silo(drop="recovery")}),
+        (5, 1, 1, 4, {2: Silo(drop="train")}),
+    ],
+)
+def test_recovery_with_dropouts_mixes_derived_and_received_shares(n, s, t, u, behaviour) -> None:
+    cfg = ProtocolConfig(
+        num_silos=n, num_stragglers=s, privacy_threshold=t, recovery_threshold=u, vector_length=20
+    )
+    h = Harness(cfg, seed=5)
+    h.setup()
+    for rnd in (1, 2):
+        out = h.run_round(rnd, behaviour)
+        assert isinstance(out.result, RoundResult), out.result
+        expected = h.expected_total(rnd).double() / cfg.quantization.scale
+        assert torch.allclose(out.result.total, expected)
