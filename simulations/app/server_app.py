@@ -17,6 +17,8 @@ from flwr.serverapp.strategy import FedAvg
 from simulations.app.task import Net, load_test, test
 from strategies import CodedSecAgg, RoundReport
 from strategies.exchange import Exchange
+from strategies.placement import ShuffledTraining
+from strategies.shuffle import ShuffleRelay
 
 LOG = logging.getLogger("flwr")
 app = ServerApp()
@@ -88,6 +90,18 @@ def _replica_line(reports: list[RoundReport]) -> str:
     )
 
 
+def _shuffle_lines(run: ShuffledTraining) -> list[str]:
+    """Bytes the placement and the reshuffles moved (coded vs plain copying)."""
+    coded = sum(e.coded_bytes for e in run.epochs)
+    plain = sum(e.plain_bytes for e in run.epochs)
+    shuffle_s = sum(e.seconds for e in run.epochs)
+    return [
+        f"coded shuffling: placement + {len(run.epochs) - 1} reshuffle(s), {coded:,} B coded vs "
+        f"{plain:,} B plain copying (t={run.t}), {shuffle_s:.1f}s",
+        *(f"  {e.line()}" for e in run.epochs),
+    ]
+
+
 @app.main()
 def main(grid: Grid, context: Context) -> None:
     rc = context.run_config
@@ -126,12 +140,28 @@ def main(grid: Grid, context: Context) -> None:
         f"dropped site(s) {rc['dropout-sites']!s}"
     )
     t0 = time.monotonic()
-    result = strategy.start(
-        grid=grid, initial_arrays=initial, num_rounds=rounds, evaluate_fn=evaluate
-    )
+    shuffled = None
+    if str(rc.get("placement", "shared")) == "shuffle":
+        # silos start with their own data; coded shuffling places the code's replicas
+        shuffled = ShuffledTraining(
+            strategy,
+            ShuffleRelay(
+                grid, stage_timeout=float(rc.get("shuffle-timeout", 60.0)), progress=LOG.info
+            ),
+            units_per_silo=int(rc.get("units-per-silo", 8)),
+            reshuffle_every=int(rc.get("reshuffle-every", 5)),
+            seed=seed,
+            progress=say,
+        )
+        result = shuffled.start(grid, initial, rounds, evaluate_fn=evaluate)
+    else:
+        result = strategy.start(
+            grid=grid, initial_arrays=initial, num_rounds=rounds, evaluate_fn=evaluate
+        )
     ours_seconds = time.monotonic() - t0
     ours_acc = evaluate(rounds, result.arrays)["accuracy"]
-    completed = sum(r.ok for r in strategy.reports)
+    reports = strategy.reports if shuffled is None else shuffled.reports
+    completed = sum(r.ok for r in reports)
     ran, wait_all = strategy.waiting_estimate()
 
     plain_mode = str(rc["compare-plain"])
@@ -140,8 +170,10 @@ def main(grid: Grid, context: Context) -> None:
         "==================== coded-fl summary ====================",
         f"coded secure aggregation: {completed}/{rounds} rounds completed, final accuracy "
         f"{ours_acc:.4f}, {ours_seconds:.1f}s in all",
-        _replica_line(strategy.reports),
+        _replica_line(reports),
     ]
+    if shuffled is not None:
+        lines += _shuffle_lines(shuffled)
     if plain_mode == "flower":
         t1 = time.monotonic()
         plain_arrays, plain_rounds_s, _ = _plain_fedavg(
