@@ -98,6 +98,18 @@ def silo_data_mod(msg: Message, context: Context, call_next: ClientAppCallable) 
 def partition_units(msg: Message, context: Context) -> tuple[int, list[Any]]:
     """(k, the unit ids of partition k) for this train call.
 
+    Parameters
+    ----------
+    msg
+        The train message (its config carries the partition map).
+    context
+        The context the coded-fl mod passes (``partition-id`` = k).
+
+    Returns
+    -------
+    tuple
+        k and the unit ids of partition k.
+
     Raises
     ------
     ConfigurationError
@@ -133,10 +145,9 @@ def partition_arrays(msg: Message, context: Context) -> dict[str, np.ndarray]:
 
     Parameters
     ----------
-    msg
-        The train message (its config carries the partition map).
-    context
-        The context the coded-fl mod passes (``partition-id`` = k).
+    msg, context
+        The train message and the context the coded-fl mod passes, as for
+        :func:`partition_units`.
 
     Returns
     -------
@@ -168,7 +179,19 @@ def partition_arrays(msg: Message, context: Context) -> dict[str, np.ndarray]:
 def partition_tensors(
     msg: Message, context: Context, keys: Sequence[str] = ("x", "y")
 ) -> tuple[torch.Tensor, ...]:
-    """Partition k's arrays ``keys`` as torch tensors (see :func:`partition_arrays`)."""
+    """Partition k's arrays ``keys`` as torch tensors (see :func:`partition_arrays`).
+
+    Parameters
+    ----------
+    msg, context
+        As for :func:`partition_arrays`.
+    keys
+        The arrays to return, in order.
+
+    Returns
+    -------
+    tuple of torch.Tensor
+    """
     arrays = partition_arrays(msg, context)
     return tuple(torch.from_numpy(np.ascontiguousarray(arrays[name])) for name in keys)
 
@@ -176,6 +199,15 @@ def partition_tensors(
 def partition_dataset(msg: Message, context: Context) -> Any:
     """Partition k as a Hugging Face ``datasets.Dataset`` (one column per array), for
     flwr-datasets code. Needs the ``datasets`` package.
+
+    Parameters
+    ----------
+    msg, context
+        As for :func:`partition_arrays`.
+
+    Returns
+    -------
+    datasets.Dataset
 
     Raises
     ------

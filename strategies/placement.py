@@ -66,8 +66,18 @@ LOG = logging.getLogger("flwr")
 
 
 def partition_units_json(parts: tuple[tuple[object, ...], ...]) -> str:
-    """The train config's ``codedfl.partition-units`` value: ``[[unit ids of partition 0],
-    ...]`` as JSON."""
+    """The train config's ``codedfl.partition-units`` value.
+
+    Parameters
+    ----------
+    parts
+        The partition map.
+
+    Returns
+    -------
+    str
+        ``[[unit ids of partition 0], ...]`` as JSON.
+    """
     return json.dumps([list(p) for p in parts])
 
 

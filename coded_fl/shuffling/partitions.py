@@ -80,18 +80,55 @@ def own_units(silo: int, units_per_silo: int) -> tuple[str, ...]:
 
 
 def own_partitions(K: int, units_per_silo: int) -> tuple[tuple[UnitId, ...], ...]:
-    """The first partition map: partition j is silo j's own data."""
+    """The first partition map: partition j is silo j's own data.
+
+    Parameters
+    ----------
+    K
+        The number of silos (and partitions).
+    units_per_silo
+        Units per silo.
+
+    Returns
+    -------
+    tuple of tuple
+        ``parts[j]`` = :func:`own_units` of silo j.
+    """
     return tuple(own_units(j, units_per_silo) for j in range(K))
 
 
 def own_assignment(parts: Partitions) -> dict[UnitId, frozenset[int]]:
-    """Who holds what before the placement: silo j holds (only) partition j's units."""
+    """Who holds what before the placement: silo j holds (only) partition j's units.
+
+    Parameters
+    ----------
+    parts
+        The first partition map (:func:`own_partitions`).
+
+    Returns
+    -------
+    dict
+        Unit id -> ``{j}``.
+    """
     return {u: frozenset({j}) for j, units in enumerate(parts) for u in units}
 
 
 def code_assignment(support: np.ndarray, parts: Partitions) -> dict[UnitId, frozenset[int]]:
-    """The placement the gradient code needs: unit -> the silos whose support holds its
-    partition (:func:`~coded_fl.shuffling.placement.assignment_from_support`)."""
+    """The placement the gradient code needs (via
+    :func:`~coded_fl.shuffling.placement.assignment_from_support`).
+
+    Parameters
+    ----------
+    support
+        B or its zero pattern, n x K: silo i holds partition j iff :math:`B_{ij} \\ne 0`.
+    parts
+        The partition map.
+
+    Returns
+    -------
+    dict
+        Unit id -> the silos whose support holds its partition.
+    """
     return assignment_from_support(support, [list(p) for p in parts])
 
 
@@ -122,7 +159,20 @@ def mixed_partitions(
 
 
 def partition_holders(support: np.ndarray, silo: int) -> tuple[int, ...]:
-    """The partitions silo ``silo`` trains: the columns j with :math:`B_{ij} \\ne 0`."""
+    """The partitions silo ``silo`` trains.
+
+    Parameters
+    ----------
+    support
+        B or its zero pattern, n x K.
+    silo
+        The silo's index i.
+
+    Returns
+    -------
+    tuple of int
+        The columns j with :math:`B_{ij} \\ne 0`.
+    """
     return tuple(int(j) for j in np.flatnonzero(np.asarray(support)[silo] != 0))
 
 
@@ -175,6 +225,15 @@ class Holdings:
 def pack_examples(arrays: Mapping[str, np.ndarray]) -> bytes:
     """One unit's bytes: the arrays (same first dimension) as an uncompressed ``.npz``.
 
+    Parameters
+    ----------
+    arrays
+        Name -> array (plain dtypes; the first dimension counts examples).
+
+    Returns
+    -------
+    bytes
+
     Raises
     ------
     InputError
@@ -190,7 +249,22 @@ def pack_examples(arrays: Mapping[str, np.ndarray]) -> bytes:
 
 
 def unpack_examples(raw: bytes) -> dict[str, np.ndarray]:
-    """The arrays of one unit (:func:`pack_examples`); object arrays are refused."""
+    """The arrays of one unit (:func:`pack_examples`).
+
+    Parameters
+    ----------
+    raw
+        The unit's bytes.
+
+    Returns
+    -------
+    dict of str to numpy.ndarray
+
+    Raises
+    ------
+    InputError
+        Not a ``.npz`` of plain arrays (object arrays, pickles are refused).
+    """
     try:
         with np.load(io.BytesIO(raw), allow_pickle=False) as z:
             return {k: z[k] for k in z.files}

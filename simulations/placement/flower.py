@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from flwr.app import ArrayRecord, Context, Message, MetricRecord
+from flwr.app import ArrayRecord, Context, Error, Message, MetricRecord
 from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy import FedAvg
@@ -29,6 +29,8 @@ from flwr.serverapp.strategy import FedAvg
 from clients import coded_secagg_mod
 from clients.data import silo_data_mod
 from clients.shuffle import register_shuffle
+from coded_fl.shuffling.wire import DeliverRequest, decode
+from coded_fl.vocabulary import SHUFFLE_ACTION, SHUFFLE_KEY, read_frame
 from simulations.app.client_app import _fit, own_data_mod
 from simulations.app.task import Net, load_test, test
 from simulations.runtime.flower_sim import run_simulation
@@ -39,7 +41,30 @@ from strategies.shuffle import ShuffleRelay
 torch.set_num_threads(1)
 
 
-def make_client_app(run_config: dict[str, Any]) -> ClientApp:
+def make_drop_mod(silo: int, epoch: int):  # type: ignore[no-untyped-def]
+    """Silo ``silo`` fails its delivery in shuffle epoch ``epoch`` (a site that drops in the
+    middle of a placement or reshuffle: it commits nothing of that epoch)."""
+
+    def drop_mod(msg: Message, context: Context, call_next):  # type: ignore[no-untyped-def]
+        raw = (
+            read_frame(msg.content, SHUFFLE_KEY)
+            if msg.metadata.message_type.endswith(SHUFFLE_ACTION)
+            else None
+        )
+        if raw is not None and int(context.node_config["partition-id"]) == silo:
+            packet = decode(raw)
+            if isinstance(packet, DeliverRequest) and any(
+                m.epoch == epoch for m in packet.messages
+            ):
+                return Message(
+                    Error(code=0, reason=f"silo {silo} dropped (injected)"), reply_to=msg
+                )
+        return call_next(msg, context)
+
+    return drop_mod
+
+
+def make_client_app(run_config: dict[str, Any], mods: tuple[Any, ...] = ()) -> ClientApp:
     def config_mod(msg: Message, context: Context, call_next):  # type: ignore[no-untyped-def]
         ctx = Context(
             run_id=context.run_id,
@@ -50,7 +75,7 @@ def make_client_app(run_config: dict[str, Any]) -> ClientApp:
         )
         return call_next(msg, ctx)
 
-    app = ClientApp(mods=[config_mod, own_data_mod, silo_data_mod, coded_secagg_mod])
+    app = ClientApp(mods=[config_mod, *mods, own_data_mod, silo_data_mod, coded_secagg_mod])
     register_shuffle(app)
 
     @app.train()
@@ -97,6 +122,8 @@ def make_server_app(opts: argparse.Namespace, out: dict[str, Any]) -> ServerApp:
         acc = result.evaluate_metrics_serverapp
         out["accuracy"] = [float(acc[r]["accuracy"]) for r in sorted(acc)]  # type: ignore[arg-type]
         out["rounds_ok"] = [bool(r.ok) for r in run.reports]
+        out["stragglers"] = [list(r.stragglers) for r in run.reports]
+        out["round_errors"] = [{str(k): v for k, v in r.errors.items()} for r in run.reports]
         out["shuffles"] = [
             {**e.__dict__, "complete": list(e.complete), "incomplete": list(e.incomplete)}
             for e in run.epochs
@@ -127,6 +154,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--lr", type=float, default=0.1)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--actors", type=int, default=2)
+    ap.add_argument("--drop-silo", type=int, default=-1, help="silo that fails a delivery")
+    ap.add_argument("--drop-epoch", type=int, default=1, help="the shuffle epoch it fails")
     opts = ap.parse_args(argv)
     run_config = {
         "placement": "shuffle",
@@ -142,7 +171,10 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.monotonic()
     run_simulation(
         make_server_app(opts, out),
-        make_client_app(run_config),
+        make_client_app(
+            run_config,
+            (make_drop_mod(opts.drop_silo, opts.drop_epoch),) if opts.drop_silo >= 0 else (),
+        ),
         num_supernodes=opts.silos,
         virtual_cpus=opts.actors,
     )
