@@ -148,6 +148,13 @@ class ShuffledTraining:
         Seeds the reshuffles' permutations (the same seed gives the same partitions).
     progress
         Called with each epoch's line (default: the ``flwr`` logger).
+
+    Attributes
+    ----------
+    epochs, results
+        Every epoch's :class:`EpochBytes` and :class:`~coded_fl.shuffling.ShuffleResult`.
+    reports, late_train
+        Every round's report and late uploads, by global round number.
     """
 
     strategy: CodedSecAgg
@@ -160,6 +167,7 @@ class ShuffledTraining:
     epochs: list[EpochBytes] = field(default_factory=list)
     reports: list[RoundReport] = field(default_factory=list)
     results: list[ShuffleResult] = field(default_factory=list)
+    late_train: dict[int, list[float]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.strategy.num_silos is None:
@@ -280,6 +288,8 @@ class ShuffledTraining:
             for rep in self.strategy.reports:
                 rep.round += offset
                 self.reports.append(rep)
+            for r, late in self.strategy.late_train.items():
+                self.late_train[r + offset] = list(late)
             for r, m in seg.evaluate_metrics_serverapp.items():
                 if r or not offset:
                     result.evaluate_metrics_serverapp[r + offset] = m
