@@ -324,6 +324,7 @@ class CodedSecAgg(Strategy):
         evaluate_config: ConfigRecord | None = None,
         evaluate_fn: Callable[[int, ArrayRecord], MetricRecord | None] | None = None,
         silo_nodes: Sequence[int] | None = None,
+        before_round: Callable[[int], ConfigRecord | None] | None = None,
     ) -> Result:
         """Run ``num_rounds`` rounds of coded secure aggregation (see the module docstring).
 
@@ -352,6 +353,9 @@ class CodedSecAgg(Strategy):
             (:class:`strategies.placement.ShuffledTraining`) passes the nodes its shuffle
             members answered from, so that silo i of the code is the member that holds
             silo i's partitions.
+        before_round
+            Called with r before round r's train requests (a reshuffle of the data between
+            rounds); the entries it returns are added to that round's train config.
 
         Returns
         -------
@@ -407,7 +411,9 @@ class CodedSecAgg(Strategy):
         )
         self._run = state
         driver = RoundDriver(self._settings(), grid, state)
-        return driver.run(initial_arrays, num_rounds, train_config, evaluate_config, evaluate_fn)
+        return driver.run(
+            initial_arrays, num_rounds, train_config, evaluate_config, evaluate_fn, before_round
+        )
 
     def _settings(self) -> RunSettings:
         return RunSettings(

@@ -12,11 +12,12 @@ A recipe next to :class:`strategies.CodedSecAgg` (it wraps one, and a
    gradient code's support B decides who must hold what
    (:func:`~coded_fl.shuffling.partitions.code_assignment`), so the placement and the code
    cannot disagree; one decentralized shuffle epoch moves the units.
-2. **Rounds**, E at a time (``reshuffle_every``; 0 = never): ``CodedSecAgg.start`` with the
-   nodes the shuffle members answered from (silo i of the code is shuffle member i) and the
-   partition map in the train config (``codedfl.partition-units``), from which
-   :func:`clients.data.partition_arrays` reads partition k's units out of the silo's store.
-3. **Reshuffle** (every E rounds): every unit is dealt to a random partition
+2. **Rounds**: ``CodedSecAgg.start`` with the nodes the shuffle members answered from (silo i
+   of the code is shuffle member i) and each round's partition map in its train config
+   (``codedfl.partition-units``), from which :func:`clients.data.partition_arrays` reads
+   partition k's units out of the silo's store.
+3. **Reshuffle** (before rounds E + 1, 2E + 1, ...; ``reshuffle_every`` = E, 0 = never):
+   every unit is dealt to a random partition
    (:func:`~coded_fl.shuffling.partitions.mixed_partitions`), the holders follow from B again,
    and one shuffle epoch moves the units, from what each silo verifiably holds.
 
@@ -27,8 +28,8 @@ function finds a unit missing and refuses (:class:`clients.data.MissingDataError
 counts it as a straggler (the code tolerates s). The next reshuffle's current assignment is
 what its store holds, so that epoch repairs it. Stores hold only SHA-256 verified units.
 
-Each segment of E rounds is one ``CodedSecAgg.start`` (a fresh session: keys are renewed,
-one round trip per segment); the wrapped strategy object is the same throughout.
+The whole run is one ``CodedSecAgg.start`` (one key exchange); a reshuffle runs between two
+rounds (``before_round``), outside the rounds' time.
 """
 
 from __future__ import annotations
@@ -153,8 +154,8 @@ class ShuffledTraining:
     ----------
     epochs, results
         Every epoch's :class:`EpochBytes` and :class:`~coded_fl.shuffling.ShuffleResult`.
-    reports, late_train
-        Every round's report and late uploads, by global round number.
+    reports
+        Every round's report.
     """
 
     strategy: CodedSecAgg
@@ -167,7 +168,6 @@ class ShuffledTraining:
     epochs: list[EpochBytes] = field(default_factory=list)
     reports: list[RoundReport] = field(default_factory=list)
     results: list[ShuffleResult] = field(default_factory=list)
-    late_train: dict[int, list[float]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.strategy.num_silos is None:
@@ -251,51 +251,42 @@ class ShuffledTraining:
     ) -> Result:
         """Placement, then ``num_rounds`` rounds with a reshuffle every E rounds.
 
+        Parameters
+        ----------
+        grid
+            The Flower grid.
+        initial_arrays
+            The initial model.
+        num_rounds
+            Rounds to run.
+        train_config
+            Passed to the wrapped strategy's ``configure_train`` (the partition map is added).
+        evaluate_fn
+            Server-side evaluation, as for ``CodedSecAgg.start``.
+
         Returns
         -------
         Result
-            Flower's result; metrics keyed by the global round number.
+            Flower's result of the run.
         """
         run_id = f"flwr-run-{getattr(grid.run, 'run_id', 0)}"
-        epoch = 1
-        self.shuffle(run_id, epoch, before_round=1)
-        E = self.reshuffle_every or num_rounds
-        result = Result(arrays=initial_arrays)
-        arrays, done = initial_arrays, 0
-        while done < num_rounds:
-            if done:
-                epoch += 1
+        self.shuffle(run_id, 1, before_round=1)
+        E = self.reshuffle_every
+
+        def before_round(r: int) -> ConfigRecord:
+            if E and r > 1 and (r - 1) % E == 0:  # before rounds E + 1, 2E + 1, ...
                 self.parts = mixed_partitions(self.parts, rng=self._rng)
-                self.shuffle(run_id, epoch, before_round=done + 1)
-            rounds = min(E, num_rounds - done)
-            conf = ConfigRecord(dict((train_config or ConfigRecord()).items()))
-            conf[PARTITION_UNITS_ENTRY] = partition_units_json(self.parts)
-            offset = done
+                self.shuffle(run_id, len(self.epochs) + 1, before_round=r)
+            return ConfigRecord({PARTITION_UNITS_ENTRY: partition_units_json(self.parts)})
 
-            def shifted(r: int, a: ArrayRecord, offset: int = offset) -> MetricRecord | None:
-                if evaluate_fn is None or (r == 0 and offset):
-                    return None
-                return evaluate_fn(r + offset, a)
-
-            seg = self.strategy.start(
-                grid=grid,
-                initial_arrays=arrays,
-                num_rounds=rounds,
-                train_config=conf,
-                evaluate_fn=shifted if evaluate_fn else None,
-                silo_nodes=self.silo_nodes(grid),
-            )
-            for rep in self.strategy.reports:
-                rep.round += offset
-                self.reports.append(rep)
-            for r, late in self.strategy.late_train.items():
-                self.late_train[r + offset] = list(late)
-            for r, m in seg.evaluate_metrics_serverapp.items():
-                if r or not offset:
-                    result.evaluate_metrics_serverapp[r + offset] = m
-            for r, m in seg.train_metrics_clientapp.items():
-                result.train_metrics_clientapp[r + offset] = m
-            arrays = seg.arrays
-            result.arrays = arrays
-            done += rounds
+        result = self.strategy.start(
+            grid=grid,
+            initial_arrays=initial_arrays,
+            num_rounds=num_rounds,
+            train_config=train_config,
+            evaluate_fn=evaluate_fn,
+            silo_nodes=self.silo_nodes(grid),
+            before_round=before_round,
+        )
+        self.reports = list(self.strategy.reports)
         return result

@@ -18,7 +18,6 @@ from simulations.app.task import Net, load_test, test
 from strategies import CodedSecAgg, RoundReport
 from strategies.exchange import Exchange
 from strategies.placement import ShuffledTraining
-from strategies.report import waiting_estimate
 from strategies.shuffle import ShuffleRelay
 
 LOG = logging.getLogger("flwr")
@@ -161,13 +160,9 @@ def main(grid: Grid, context: Context) -> None:
         )
     ours_seconds = time.monotonic() - t0
     ours_acc = evaluate(rounds, result.arrays)["accuracy"]
-    reports = strategy.reports if shuffled is None else shuffled.reports
+    reports = strategy.reports
     completed = sum(r.ok for r in reports)
     ran, wait_all = strategy.waiting_estimate()
-    if shuffled is not None:  # one CodedSecAgg run per segment between reshuffles
-        ran, wait_all = waiting_estimate(
-            reports, shuffled.late_train, round_timeout=strategy.round_timeout
-        )
 
     plain_mode = str(rc["compare-plain"])
     lines = [
