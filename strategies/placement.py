@@ -147,6 +147,9 @@ class ShuffledTraining:
         same bytes: the coded gain needs level-t caches).
     seed
         Seeds the reshuffles' permutations (the same seed gives the same partitions).
+    placement_retries
+        Placement epochs to run again (moving only what is missing) while more than s silos
+        lack their partitions: no round could complete.
     progress
         Called with each epoch's line (default: the ``flwr`` logger).
 
@@ -164,6 +167,7 @@ class ShuffledTraining:
     reshuffle_every: int = 0
     t: int = 0
     seed: int = 0
+    placement_retries: int = 2
     progress: Callable[[str], None] | None = None
     epochs: list[EpochBytes] = field(default_factory=list)
     reports: list[RoundReport] = field(default_factory=list)
@@ -271,6 +275,11 @@ class ShuffledTraining:
         """
         run_id = f"flwr-run-{getattr(grid.run, 'run_id', 0)}"
         self.shuffle(run_id, 1, before_round=1)
+        spare = int(self.strategy.num_stragglers)
+        for _ in range(self.placement_retries):  # a round needs all but s silos placed
+            if len(self.epochs[-1].incomplete) <= spare:
+                break
+            self.shuffle(run_id, len(self.epochs) + 1, before_round=1)
         E = self.reshuffle_every
 
         def before_round(r: int) -> ConfigRecord:

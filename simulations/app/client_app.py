@@ -16,7 +16,7 @@ from flwr.clientapp import ClientApp
 from clients import coded_secagg_mod
 from clients.data import partition_tensors, seed_own_data, silo_data_mod
 from clients.mod import partition_seed
-from clients.shuffle import register_shuffle
+from clients.shuffle import register_shuffle, silo_store
 from coded_fl.vocabulary import PARTITION_UNITS_ENTRY, SHUFFLE_ACTION
 from simulations.app.faults import fault_injection_mod
 from simulations.app.silo_torch import silo_torch_mod
@@ -31,7 +31,11 @@ def own_data_mod(msg: Message, context: Context, call_next):  # type: ignore[no-
     """Before this silo's first shuffle (``placement = "shuffle"``): fill its empty store with
     its own Dirichlet partition, the only data a silo has at the start."""
     cfg = context.run_config
-    if msg.metadata.message_type.endswith(SHUFFLE_ACTION) and cfg.get("placement") == "shuffle":
+    if (
+        msg.metadata.message_type.endswith(SHUFFLE_ACTION)
+        and cfg.get("placement") == "shuffle"
+        and silo_store(context).epoch is None  # empty: the run starts
+    ):
         site = int(context.node_config["partition-id"])
         seed_own_data(
             context,

@@ -61,3 +61,49 @@ def test_silo_nodes_fix_which_node_is_which_silo() -> None:
     assert strategy._run is not None and strategy._run.node_of == dict(enumerate(order))
     with pytest.raises(ConfigurationError, match="one node per silo"):
         strategy.start(grid=grid, initial_arrays=_init(), num_rounds=1, silo_nodes=order[:3])
+
+
+class _LoopbackRelay:
+    """ShuffleRelay's interface over run_loopback (real machines, real stores, no Flower);
+    ``drops[epoch]`` = silos that vanish in that epoch's delivery."""
+
+    def __init__(self, tmp_path, K: int, units: int, drops: dict[int, set[int]]) -> None:
+        from coded_fl.shuffling import ShuffleMember, UnitStore
+        from coded_fl.shuffling.partitions import own_units, pack_examples
+        from coded_fl.shuffling.units import UnitSpec, digest
+
+        self.members = {m: ShuffleMember(m) for m in range(K)}
+        self.stores = {m: UnitStore(tmp_path / f"m{m}") for m in range(K)}
+        for m, store in self.stores.items():
+            raws = [pack_examples({"y": np.full(3, m)}) for _ in range(units)]
+            specs = [
+                UnitSpec(u, len(r), digest(r))
+                for u, r in zip(own_units(m, units), raws, strict=True)
+            ]
+            store.commit(add=dict(zip(specs, raws, strict=True)), epoch=0, known=specs)
+        self.drops = drops
+        self.nodes_of_members = {m: 100 + m for m in range(K)}
+
+    def run(self, job):  # type: ignore[no-untyped-def]
+        from coded_fl.shuffling import run_loopback
+
+        gone = self.drops.get(job.epoch, set())
+        return run_loopback(
+            job, self.members, self.stores, drop=lambda stage, m: stage == "deliver" and m in gone
+        )
+
+
+def test_a_placement_that_leaves_too_few_silos_placed_is_run_again(tmp_path) -> None:
+    from strategies.placement import ShuffledTraining
+
+    relay = _LoopbackRelay(tmp_path, 4, 2, drops={1: {0, 2}})
+    run = ShuffledTraining(_strategy(4), relay, units_per_silo=2, reshuffle_every=1)  # type: ignore[arg-type]
+    run.start(FakeGrid(4), _init(), 3)
+    first, again, *reshuffles = run.epochs
+    assert first.before_round == again.before_round == 1
+    assert first.incomplete == (0, 2) and again.incomplete == ()  # s = 1: one retry repairs
+    assert again.load < first.load  # it moved only what was missing
+    assert [e.before_round for e in reshuffles] == [2, 3]
+    assert all(e.load == e.formula_load for e in run.epochs)
+    assert not any(e.incomplete for e in reshuffles)
+    assert all(rep.ok for rep in run.reports)
