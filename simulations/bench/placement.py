@@ -136,6 +136,8 @@ def run(report: Report, *, quick: bool) -> None:
         gap_a_pp=100 * (c - a),
         gap_b_pp=100 * (c - b),
     )
+    last = {k: sum(r["accuracy"][-5:]) / len(r["accuracy"][-5:]) for k, r in runs.items()}
+    report.add(kind="accuracy_last5_mean", **last)  # rounds fluctuate by about 1 pp
     report.goal(
         "accuracy: (c) IID oracle - (b) coded reshuffle, final (percentage points)",
         100 * (c - b),
