@@ -230,3 +230,19 @@ def test_seeding_is_idempotent_and_units_round_trip(tmp_path):
     np.testing.assert_array_equal(back["x"], data["x"])
     with pytest.raises(InputError):
         pack_examples({"x": np.zeros(2), "y": np.zeros(3)})
+
+
+def test_partition_dataset_is_a_datasets_dataset_or_says_what_to_install(tmp_path):
+    from clients.data import partition_dataset
+
+    _world(tmp_path)
+    parts = own_partitions(K, UNITS)
+    pinned = _context(tmp_path, 1, **{DATA_STORE_NODE_KEY: str(tmp_path / "silo-1")})
+    try:
+        import datasets  # noqa: F401
+    except ImportError:
+        with pytest.raises(ConfigurationError, match="pip install datasets"):
+            partition_dataset(_train_msg(parts), pinned)
+        return
+    ds = partition_dataset(_train_msg(parts), pinned)
+    assert set(ds.column_names) == {"x", "y"} and set(ds["y"]) == {1}
