@@ -35,12 +35,14 @@ import numpy as np
 from coded_fl.errors import RemoteProtocolError
 
 __all__ = [
+    "DATA_STORE_NODE_KEY",
     "FRAME_ARRAY",
     "INFO_KEY",
     "MAX_DELTA_SCALE",
     "MSG_KEY",
     "ORG_KEY_FILE_NODE_KEY",
     "PARTITION_ENTRY",
+    "PARTITION_UNITS_ENTRY",
     "PREFIX",
     "SEED_ENTRY",
     "SHUFFLE_ACTION",
@@ -66,6 +68,12 @@ SHUFFLE_KEY = PREFIX + "shuffle.msg"
 
 PARTITION_ENTRY = PREFIX + "partition"
 SEED_ENTRY = PREFIX + "seed"
+#: Train config entry (JSON ``[[unit ids of partition 0], ...]``): the partition map of a run
+#: whose data coded shuffling placed (``strategies.placement``, ``clients.data``).
+PARTITION_UNITS_ENTRY = PREFIX + "partition-units"
+#: Node config entry a silo's own store path is pinned under while the coded-fl mod calls the
+#: train function with another ``partition-id`` (``clients.data.silo_data_mod``).
+DATA_STORE_NODE_KEY = PREFIX + "data-store"
 
 STATE_KEY = PREFIX + "state"
 SHUFFLE_STATE_KEY = PREFIX + "shuffle.state"

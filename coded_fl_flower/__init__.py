@@ -28,22 +28,35 @@ if not (Path(__file__).resolve().parent / "strategies" / "__init__.py").is_file(
 from coded_fl.secagg.policy import ClientPolicy
 
 from .clients import (
+    MissingDataError,
     coded_secagg_mod,
     make_coded_secagg_mod,
+    partition_arrays,
+    partition_dataset,
+    partition_tensors,
     register_shuffle,
+    seed_own_data,
     shuffle_client_app,
+    silo_data_mod,
     silo_store,
 )
-from .strategies import CodedSecAgg, RoundReport, ShuffleRelay
+from .strategies import CodedSecAgg, RoundReport, ShuffledTraining, ShuffleRelay
 
 __all__ = [
     "ClientPolicy",
     "CodedSecAgg",
+    "MissingDataError",
     "RoundReport",
     "ShuffleRelay",
+    "ShuffledTraining",
     "coded_secagg_mod",
     "make_coded_secagg_mod",
+    "partition_arrays",
+    "partition_dataset",
+    "partition_tensors",
     "register_shuffle",
+    "seed_own_data",
     "shuffle_client_app",
+    "silo_data_mod",
     "silo_store",
 ]

@@ -4,6 +4,7 @@
 """
 
 from .coded_secagg import CodedSecAgg, RoundReport
+from .placement import ShuffledTraining
 from .shuffle import ShuffleRelay
 
-__all__ = ["CodedSecAgg", "RoundReport", "ShuffleRelay"]
+__all__ = ["CodedSecAgg", "RoundReport", "ShuffleRelay", "ShuffledTraining"]

@@ -24,13 +24,14 @@ import logging
 import math
 import secrets
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 
 from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Result, Strategy
 from flwr.serverapp.strategy.strategy_utils import log_strategy_start_info
 
+from coded_fl.codes import GradientCode
 from coded_fl.errors import CodedFLError, ConfigurationError
 from coded_fl.layout import UpdateLayout, flatten
 from coded_fl.secagg import ProtocolConfig, ServerMachine
@@ -274,6 +275,21 @@ class CodedSecAgg(Strategy):
             LOG.info("[coded-fl] waiting for nodes: %d of %d connected", len(nodes), want)
             time.sleep(min(1.0, max(0.05, deadline - time.monotonic())))
 
+    def gradient_code(self, n: int) -> GradientCode:
+        """The gradient code the settings give for ``n`` silos (its support decides which
+        partitions each silo must hold; a placement derives from it).
+
+        Parameters
+        ----------
+        n
+            The number of silos.
+
+        Returns
+        -------
+        GradientCode
+        """
+        return self._config(n, vector_length=1, run_id="placement").gradient_code
+
     def min_silos(self) -> int:
         """The fewest silos the settings work with: T < U <= n - s, so n >= s + max(U, T + 1).
 
@@ -325,6 +341,8 @@ class CodedSecAgg(Strategy):
         train_config: ConfigRecord | None = None,
         evaluate_config: ConfigRecord | None = None,
         evaluate_fn: Callable[[int, ArrayRecord], MetricRecord | None] | None = None,
+        silo_nodes: Sequence[int] | None = None,
+        before_round: Callable[[int], ConfigRecord | None] | None = None,
     ) -> Result:
         """Run ``num_rounds`` rounds of coded secure aggregation (see the module docstring).
 
@@ -347,6 +365,15 @@ class CodedSecAgg(Strategy):
         evaluate_fn
             Server-side evaluation, called with (round, arrays) after every round and before
             the first.
+        silo_nodes
+            The Flower node of each silo, silo i first at index i (default: the connected
+            nodes in sorted order). A placement by coded shuffling
+            (:class:`strategies.placement.ShuffledTraining`) passes the nodes its shuffle
+            members answered from, so that silo i of the code is the member that holds
+            silo i's partitions.
+        before_round
+            Called with r before round r's train requests (a reshuffle of the data between
+            rounds); the entries it returns are added to that round's train config.
 
         Returns
         -------
@@ -366,7 +393,12 @@ class CodedSecAgg(Strategy):
         train_config = ConfigRecord() if train_config is None else train_config
         evaluate_config = ConfigRecord() if evaluate_config is None else evaluate_config
         self._run = None
-        nodes = self._wait_for_nodes(grid)
+        nodes = self._wait_for_nodes(grid) if silo_nodes is None else list(silo_nodes)
+        if self.num_silos is not None and len(nodes) != self.num_silos:
+            raise ConfigurationError(
+                f"silo_nodes lists {len(nodes)} nodes but num_silos={self.num_silos}: give one "
+                "node per silo"
+            )
         n = len(nodes)
         self._check_inner(n)
         lay = UpdateLayout(
@@ -397,7 +429,9 @@ class CodedSecAgg(Strategy):
         )
         self._run = state
         driver = RoundDriver(self._settings(), grid, state)
-        return driver.run(initial_arrays, num_rounds, train_config, evaluate_config, evaluate_fn)
+        return driver.run(
+            initial_arrays, num_rounds, train_config, evaluate_config, evaluate_fn, before_round
+        )
 
     def _settings(self) -> RunSettings:
         return RunSettings(

@@ -104,8 +104,11 @@ class RoundDriver:
         train_config: ConfigRecord,
         evaluate_config: ConfigRecord,
         evaluate_fn: Callable[[int, ArrayRecord], MetricRecord | None] | None,
+        before_round: Callable[[int], ConfigRecord | None] | None = None,
     ) -> Result:
-        """Keys, then ``num_rounds`` rounds; returns Flower's ``Result`` of the run."""
+        """Keys, then ``num_rounds`` rounds; returns Flower's ``Result`` of the run.
+        ``before_round(r)``, when given, runs before round r's train requests (outside the
+        round's time) and may return entries to add to that round's train config."""
         st, ex = self.state, self.exchange
         t_start = time.time()
         self.membership.key_exchange(before_round=1)
@@ -123,7 +126,13 @@ class RoundDriver:
             asked, rekeyed = self.membership.renew(r)
             roster_grid = RosterGrid(self.grid, [st.node_of[i] for i in range(st.config.n)])
             st.misconfigured.clear()
-            report = self.train_round(r, roster_grid, arrays, train_config)
+            extra = before_round(r) if before_round is not None else None
+            config = (
+                ConfigRecord({**dict(train_config.items()), **dict(extra.items())})
+                if extra
+                else train_config
+            )
+            report = self.train_round(r, roster_grid, arrays, config)
             reruns, discarded_trips = 0, 0
             while (
                 reruns < MAX_RERUNS
@@ -132,7 +141,7 @@ class RoundDriver:
             ):
                 reruns += 1
                 discarded_trips += report.round_trips
-                report = self.train_round(r, roster_grid, arrays, train_config)
+                report = self.train_round(r, roster_grid, arrays, config)
             report.round_trips += discarded_trips  # refused or clipped attempts cost theirs
             if not report.ok:
                 self._stop_if_hopeless(report)

@@ -93,6 +93,8 @@ class ShuffleRelay:
         self.node_wait_timeout = float(node_wait_timeout)
         self.progress = progress or (lambda line: LOG.info(line))
         self._ex = Exchange(grid, poll_interval=float(poll_interval))
+        #: member -> the node it answered the latest hello from
+        self.nodes_of_members: dict[int, int] = {}
 
     # ------------------------------------------------------------------ helpers
     def _wait_for_nodes(self, want: int) -> list[int]:
@@ -170,6 +172,7 @@ class ShuffleRelay:
         self._hello(relay, nodes)
         seconds["hello"] = time.monotonic() - t0
         ok = relay.close_hello()
+        self.nodes_of_members.update({m: relay.node_of(m) for m in relay.members})
         self.progress(
             f"[coded-fl shuffle] {job.describe()}: members {list(relay.members)} answered"
             + ("" if ok else f"; aborted: {relay.aborted}")

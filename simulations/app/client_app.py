@@ -1,4 +1,11 @@
-"""ClientApp of the main job: an ordinary Flower client plus the coded-fl mod."""
+"""ClientApp of the main job: an ordinary Flower client plus the coded-fl mod.
+
+With ``placement = "shuffle"`` (run config) a silo starts with its own Dirichlet data only
+(``own_data_mod`` puts it in the silo's store before the first shuffle), coded shuffling
+places and reshuffles the partitions, and the train function reads partition k from the
+store (:func:`clients.data.partition_tensors`). Otherwise every silo loads its partitions from
+the shared dataset.
+"""
 
 from __future__ import annotations
 
@@ -7,27 +14,63 @@ from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 
 from clients import coded_secagg_mod
+from clients.data import partition_tensors, seed_own_data, silo_data_mod
 from clients.mod import partition_seed
+from clients.shuffle import register_shuffle, silo_store
+from coded_fl.vocabulary import PARTITION_UNITS_ENTRY, SHUFFLE_ACTION
 from simulations.app.faults import fault_injection_mod
 from simulations.app.silo_torch import silo_torch_mod
-from simulations.app.task import Net, load_partition, test, train
+from simulations.app.task import Net, load_partition, own_examples, test, train
 
 torch.set_num_threads(1)
 # silo_torch_mod applies the run config's threads-per-silo / deterministic (see its module);
 # it sits outside coded_secagg_mod, which is the one place that knows the silo's own index
-app = ClientApp(mods=[fault_injection_mod, silo_torch_mod, coded_secagg_mod])
+
+
+def own_data_mod(msg: Message, context: Context, call_next):  # type: ignore[no-untyped-def]
+    """Before this silo's first shuffle (``placement = "shuffle"``): fill its empty store with
+    its own Dirichlet partition, the only data a silo has at the start."""
+    cfg = context.run_config
+    if (
+        msg.metadata.message_type.endswith(SHUFFLE_ACTION)
+        and cfg.get("placement") == "shuffle"
+        and silo_store(context).epoch is None  # empty: the run starts
+    ):
+        site = int(context.node_config["partition-id"])
+        seed_own_data(
+            context,
+            own_examples(
+                site,
+                int(context.node_config["num-partitions"]),
+                seed=int(cfg.get("seed", 0)),
+                alpha=float(cfg.get("dirichlet-alpha", 0.0)),
+            ),
+            units_per_silo=int(cfg.get("units-per-silo", 8)),
+        )
+    return call_next(msg, context)
+
+
+app = ClientApp(
+    mods=[own_data_mod, fault_injection_mod, silo_torch_mod, silo_data_mod, coded_secagg_mod]
+)
+register_shuffle(app)  # answers the coded shuffling of placement = "shuffle"
 
 
 def _fit(msg: Message, context: Context, seed: int) -> Message:
     net = Net()
     net.load_state_dict(msg.content["arrays"].to_torch_state_dict())
     cfg = context.run_config
-    x, y = load_partition(
-        int(context.node_config["partition-id"]),
-        int(context.node_config["num-partitions"]),
-        seed=int(cfg.get("seed", 0)),
-        alpha=float(cfg.get("dirichlet-alpha", 0.0)),
-    )
+    conf = msg.content.config_records.get("config")
+    if conf is not None and PARTITION_UNITS_ENTRY in conf:  # placed by coded shuffling
+        pixels, y = partition_tensors(msg, context)
+        x = pixels.float().div(255.0)
+    else:
+        x, y = load_partition(
+            int(context.node_config["partition-id"]),
+            int(context.node_config["num-partitions"]),
+            seed=int(cfg.get("seed", 0)),
+            alpha=float(cfg.get("dirichlet-alpha", 0.0)),
+        )
     loss = train(
         net,
         x,

@@ -17,6 +17,8 @@ from flwr.serverapp.strategy import FedAvg
 from simulations.app.task import Net, load_test, test
 from strategies import CodedSecAgg, RoundReport
 from strategies.exchange import Exchange
+from strategies.placement import ShuffledTraining
+from strategies.shuffle import ShuffleRelay
 
 LOG = logging.getLogger("flwr")
 app = ServerApp()
@@ -125,6 +127,18 @@ def _replica_line(reports: list[RoundReport]) -> str:
     )
 
 
+def _shuffle_lines(run: ShuffledTraining) -> list[str]:
+    """Bytes the placement and the reshuffles moved (coded vs plain copying)."""
+    coded = sum(e.coded_bytes for e in run.epochs)
+    plain = sum(e.plain_bytes for e in run.epochs)
+    shuffle_s = sum(e.seconds for e in run.epochs)
+    return [
+        f"coded shuffling: placement + {len(run.epochs) - 1} reshuffle(s), {coded:,} B coded vs "
+        f"{plain:,} B plain copying (t={run.t}), {shuffle_s:.1f}s",
+        *(f"  {e.line()}" for e in run.epochs),
+    ]
+
+
 @app.main()
 def main(grid: Grid, context: Context) -> None:
     rc = context.run_config
@@ -167,19 +181,36 @@ def main(grid: Grid, context: Context) -> None:
     say(f"[warm-up] {warm}/{n} nodes started in {warm_s:.1f}s (once, before both timed runs)")
     ours_eval: list[float] = []
     t0 = time.monotonic()
-    result = strategy.start(
-        grid=grid,
-        initial_arrays=initial,
-        num_rounds=rounds,
-        evaluate_fn=_timed(evaluate, ours_eval),
-    )
+    shuffled = None
+    if str(rc.get("placement", "shared")) == "shuffle":
+        # silos start with their own data; coded shuffling places the code's replicas
+        shuffled = ShuffledTraining(
+            strategy,
+            ShuffleRelay(
+                grid, stage_timeout=float(rc.get("shuffle-timeout", 60.0)), progress=LOG.info
+            ),
+            units_per_silo=int(rc.get("units-per-silo", 8)),
+            reshuffle_every=int(rc.get("reshuffle-every", 5)),
+            seed=seed,
+            progress=say,
+        )
+        result = shuffled.start(grid, initial, rounds, evaluate_fn=_timed(evaluate, ours_eval))
+    else:
+        result = strategy.start(
+            grid=grid,
+            initial_arrays=initial,
+            num_rounds=rounds,
+            evaluate_fn=_timed(evaluate, ours_eval),
+        )
     ours_seconds = time.monotonic() - t0
     ours_acc = evaluate(rounds, result.arrays)["accuracy"]
-    completed = sum(r.ok for r in strategy.reports)
+    reports = strategy.reports
+    completed = sum(r.ok for r in reports)
     ran, wait_all = strategy.waiting_estimate()
     # what coded-fl pays once per run: keys, the kernels' compilation on each silo (at the key
     # exchange), Flower's start of the strategy; not in the rounds, not in the evaluation
     once = ours_seconds - ran - sum(ours_eval)
+    # (with placement="shuffle", the placement and the reshuffles are in it too)
 
     plain_mode = str(rc["compare-plain"])
     lines = [
@@ -188,9 +219,11 @@ def main(grid: Grid, context: Context) -> None:
         f"coded secure aggregation: {completed}/{rounds} rounds completed, final accuracy "
         f"{ours_acc:.4f}, {ours_seconds:.1f}s in all = {ran:.1f}s in the rounds + "
         f"{sum(ours_eval):.1f}s server-side evaluation + {once:.1f}s once per run (keys, "
-        "kernel compilation)",
-        _replica_line(strategy.reports),
+        + ("kernel compilation, coded shuffling)" if shuffled else "kernel compilation)"),
+        _replica_line(reports),
     ]
+    if shuffled is not None:
+        lines += _shuffle_lines(shuffled)
     if plain_mode == "flower":
         plain_eval: list[float] = []
         t1 = time.monotonic()

@@ -13,7 +13,7 @@ import numpy as np
 import torch
 from torch import nn
 
-__all__ = ["Net", "load_partition", "load_test", "test", "train"]
+__all__ = ["Net", "load_partition", "load_test", "own_examples", "test", "train"]
 
 
 class Net(nn.Module):
@@ -65,6 +65,16 @@ def load_partition(
     x, y = _digits(seed)
     idx = _split(num_partitions, seed, alpha)[partition_id]
     return torch.from_numpy(x[idx]), torch.from_numpy(y[idx])
+
+
+def own_examples(
+    partition_id: int, num_partitions: int, *, seed: int = 0, alpha: float = 0.0
+) -> dict[str, np.ndarray]:
+    """Partition ``partition_id`` as a silo's own data for its shuffle store: ``x`` as uint8
+    pixels (a quarter of the float bytes; ``x / 255`` gives back the float32 images exactly),
+    ``y`` the labels."""
+    x, y = load_partition(partition_id, num_partitions, seed=seed, alpha=alpha)
+    return {"x": (x * 255.0).round().to(torch.uint8).numpy(), "y": y.numpy()}
 
 
 def load_test(*, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:

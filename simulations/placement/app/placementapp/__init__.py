@@ -1,0 +1,1 @@
+"""The placement deployment test app (issue 17)."""

@@ -1,0 +1,301 @@
+"""``ShuffledTraining``: coded shuffling places the gradient code's data, then reshuffles it.
+
+A recipe next to :class:`strategies.CodedSecAgg` (it wraps one, and a
+:class:`strategies.shuffle.ShuffleRelay`)::
+
+    strategy = CodedSecAgg(FedAvg(), num_silos=10, num_stragglers=2, privacy_threshold=2)
+    run = ShuffledTraining(strategy, ShuffleRelay(grid), units_per_silo=8, reshuffle_every=5)
+    result = run.start(grid=grid, initial_arrays=arrays, num_rounds=30, evaluate_fn=evaluate)
+
+1. **Placement** (before round 1). Silo j starts with its own data only, cut into units
+   ``s<j>-0..`` (:mod:`coded_fl.shuffling.partitions`); partition j is silo j's data. The
+   gradient code's support B decides who must hold what
+   (:func:`~coded_fl.shuffling.partitions.code_assignment`), so the placement and the code
+   cannot disagree; one decentralized shuffle epoch moves the units.
+2. **Rounds**: ``CodedSecAgg.start`` with the nodes the shuffle members answered from (silo i
+   of the code is shuffle member i) and each round's partition map in its train config
+   (``codedfl.partition-units``), from which :func:`clients.data.partition_arrays` reads
+   partition k's units out of the silo's store.
+3. **Reshuffle** (before rounds E + 1, 2E + 1, ...; ``reshuffle_every`` = E, 0 = never):
+   every unit is dealt to a random partition
+   (:func:`~coded_fl.shuffling.partitions.mixed_partitions`), the holders follow from B again,
+   and one shuffle epoch moves the units, from what each silo verifiably holds.
+
+Failures: the server's view of each silo's store (:class:`~coded_fl.shuffling.partitions.
+Holdings`) follows every epoch's outcome; a silo that missed part of an epoch keeps its old
+units plus the verified new ones, so it is not given partitions it does not hold: its train
+function finds a unit missing and refuses (:class:`clients.data.MissingDataError`), and the round
+counts it as a straggler (the code tolerates s). The next reshuffle's current assignment is
+what its store holds, so that epoch repairs it. Stores hold only SHA-256 verified units.
+
+The whole run is one ``CodedSecAgg.start`` (one key exchange); a reshuffle runs between two
+rounds (``before_round``), outside the rounds' time.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+from flwr.app import ArrayRecord, ConfigRecord, MetricRecord
+from flwr.serverapp import Grid
+from flwr.serverapp.strategy import Result
+
+from coded_fl.errors import ConfigurationError
+from coded_fl.shuffling.partitions import (
+    Holdings,
+    code_assignment,
+    mixed_partitions,
+    own_assignment,
+    own_partitions,
+    partition_holders,
+)
+from coded_fl.shuffling.results import ShuffleResult
+from coded_fl.shuffling.wire import ShuffleJob
+from coded_fl.vocabulary import PARTITION_UNITS_ENTRY
+
+from .coded_secagg import CodedSecAgg
+from .report import RoundReport
+from .shuffle import ShuffleRelay
+
+__all__ = ["EpochBytes", "ShuffledTraining", "partition_units_json"]
+
+LOG = logging.getLogger("flwr")
+
+
+def partition_units_json(parts: tuple[tuple[object, ...], ...]) -> str:
+    """The train config's ``codedfl.partition-units`` value.
+
+    Parameters
+    ----------
+    parts
+        The partition map.
+
+    Returns
+    -------
+    str
+        ``[[unit ids of partition 0], ...]`` as JSON.
+    """
+    return json.dumps([list(p) for p in parts])
+
+
+@dataclass(frozen=True)
+class EpochBytes:
+    """What one placement or reshuffle moved (payload bytes on the relay's incoming link).
+
+    Attributes
+    ----------
+    epoch, before_round
+        The shuffle epoch and the round it preceded.
+    coded_bytes, plain_bytes
+        Bytes of the coded plan and of plain copying (the uncoded plan, same message size).
+    load, formula_load, plain_load
+        The same in units: measured, the scheme's formula, uncoded.
+    t
+        The storage level.
+    complete, incomplete
+        Silos whose store reached the epoch, and the others (stragglers until repaired).
+    seconds
+        Wall time of the epoch.
+    """
+
+    epoch: int
+    before_round: int
+    coded_bytes: int
+    plain_bytes: int
+    load: float
+    formula_load: float
+    plain_load: float
+    t: int
+    complete: tuple[int, ...]
+    incomplete: tuple[int, ...]
+    seconds: float
+
+    def line(self) -> str:
+        """The progress line of the epoch."""
+        kind = "placement" if self.before_round == 1 else "reshuffle"
+        ratio = self.coded_bytes / self.plain_bytes if self.plain_bytes else 0.0
+        miss = f"; incomplete silos {list(self.incomplete)}" if self.incomplete else ""
+        return (
+            f"[coded-fl shuffle] {kind} (epoch {self.epoch}, before round {self.before_round}): "
+            f"{self.coded_bytes:,} B coded vs {self.plain_bytes:,} B plain copying "
+            f"(ratio {ratio:.3f}, t={self.t}; load {self.load:.4g} units, formula "
+            f"{self.formula_load:.4g}), {self.seconds:.2f}s{miss}"
+        )
+
+
+@dataclass
+class ShuffledTraining:
+    """Coded shuffling places and reshuffles the data of a :class:`CodedSecAgg` run.
+
+    Parameters
+    ----------
+    strategy
+        The coded secure aggregation (``num_silos`` must be set: it is K of the shuffle).
+    relay
+        The shuffle transport over the same grid.
+    units_per_silo
+        Units each silo cuts its own data into (the granularity of mixing).
+    reshuffle_every
+        E: reshuffle before rounds E + 1, 2E + 1, ... (0: place once, never reshuffle).
+    t
+        The storage level of the epochs. Silos that start with their own data only hold no
+        caches, so only t = 0 works from such a start (coded and plain copying then move the
+        same bytes: the coded gain needs level-t caches).
+    seed
+        Seeds the reshuffles' permutations (the same seed gives the same partitions).
+    placement_retries
+        Placement epochs to run again (moving only what is missing) while more than s silos
+        lack their partitions: no round could complete.
+    progress
+        Called with each epoch's line (default: the ``flwr`` logger).
+
+    Attributes
+    ----------
+    epochs, results
+        Every epoch's :class:`EpochBytes` and :class:`~coded_fl.shuffling.ShuffleResult`.
+    reports
+        Every round's report.
+    """
+
+    strategy: CodedSecAgg
+    relay: ShuffleRelay
+    units_per_silo: int
+    reshuffle_every: int = 0
+    t: int = 0
+    seed: int = 0
+    placement_retries: int = 2
+    progress: Callable[[str], None] | None = None
+    epochs: list[EpochBytes] = field(default_factory=list)
+    reports: list[RoundReport] = field(default_factory=list)
+    results: list[ShuffleResult] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if self.strategy.num_silos is None:
+            raise ConfigurationError(
+                "ShuffledTraining needs CodedSecAgg(num_silos=...): the shuffle places "
+                "partitions on that many silos"
+            )
+        if self.units_per_silo < 1 or self.reshuffle_every < 0:
+            raise ConfigurationError(
+                f"units_per_silo must be >= 1 and reshuffle_every >= 0 (0: never), got "
+                f"{self.units_per_silo} and {self.reshuffle_every}"
+            )
+        self.K = int(self.strategy.num_silos)
+        self.support = self.strategy.gradient_code(self.K).matrix != 0
+        self.parts = own_partitions(self.K, self.units_per_silo)
+        self.holdings = Holdings.from_assignment(own_assignment(self.parts), self.K)
+        self._rng = np.random.default_rng(self.seed)
+        self._say = self.progress or (lambda line: LOG.info(line))
+
+    # ------------------------------------------------------------------ epochs
+    def shuffle(self, run_id: str, epoch: int, before_round: int) -> EpochBytes:
+        """One epoch from what the silos hold now to the placement of :attr:`parts`."""
+        job = ShuffleJob.make(
+            run_id=run_id,
+            epoch=epoch,
+            current=self.holdings.assignment(),
+            nxt=code_assignment(self.support, self.parts),
+            K=self.K,
+            t=self.t,
+            mode="decentralized",
+        )
+        res = self.relay.run(job)
+        self.results.append(res)
+        self.holdings.update(res)
+        ready = [
+            k
+            for k in range(self.K)
+            if self.holdings.ready(k, partition_holders(self.support, k), self.parts)
+        ]
+        out = EpochBytes(
+            epoch=epoch,
+            before_round=before_round,
+            coded_bytes=res.uplink_bytes,
+            plain_bytes=res.uncoded_uplink_bytes,
+            load=res.load,
+            formula_load=res.formula_load,
+            plain_load=res.uncoded_load,
+            t=self.t,
+            complete=tuple(ready),
+            incomplete=tuple(k for k in range(self.K) if k not in ready),
+            seconds=float(res.seconds.get("total", 0.0)),
+        )
+        self.epochs.append(out)
+        self._say(out.line())
+        return out
+
+    def silo_nodes(self, grid: Grid) -> list[int]:
+        """Silo i's node: the node shuffle member i answered from (members that never
+        answered get the remaining connected nodes, in sorted order)."""
+        known = dict(self.relay.nodes_of_members)
+        rest = iter(sorted(set(grid.get_node_ids()) - set(known.values())))
+        out = []
+        for k in range(self.K):
+            node = known.get(k, next(rest, None))
+            if node is None:
+                raise ConfigurationError(
+                    f"silo {k} has no node: fewer than num_silos={self.K} nodes are connected"
+                )
+            out.append(node)
+        return out
+
+    # ------------------------------------------------------------------ the run
+    def start(
+        self,
+        grid: Grid,
+        initial_arrays: ArrayRecord,
+        num_rounds: int,
+        *,
+        train_config: ConfigRecord | None = None,
+        evaluate_fn: Callable[[int, ArrayRecord], MetricRecord | None] | None = None,
+    ) -> Result:
+        """Placement, then ``num_rounds`` rounds with a reshuffle every E rounds.
+
+        Parameters
+        ----------
+        grid
+            The Flower grid.
+        initial_arrays
+            The initial model.
+        num_rounds
+            Rounds to run.
+        train_config
+            Passed to the wrapped strategy's ``configure_train`` (the partition map is added).
+        evaluate_fn
+            Server-side evaluation, as for ``CodedSecAgg.start``.
+
+        Returns
+        -------
+        Result
+            Flower's result of the run.
+        """
+        run_id = f"flwr-run-{getattr(grid.run, 'run_id', 0)}"
+        self.shuffle(run_id, 1, before_round=1)
+        spare = int(self.strategy.num_stragglers)
+        for _ in range(self.placement_retries):  # a round needs all but s silos placed
+            if len(self.epochs[-1].incomplete) <= spare:
+                break
+            self.shuffle(run_id, len(self.epochs) + 1, before_round=1)
+        E = self.reshuffle_every
+
+        def before_round(r: int) -> ConfigRecord:
+            if E and r > 1 and (r - 1) % E == 0:  # before rounds E + 1, 2E + 1, ...
+                self.parts = mixed_partitions(self.parts, rng=self._rng)
+                self.shuffle(run_id, len(self.epochs) + 1, before_round=r)
+            return ConfigRecord({PARTITION_UNITS_ENTRY: partition_units_json(self.parts)})
+
+        result = self.strategy.start(
+            grid=grid,
+            initial_arrays=initial_arrays,
+            num_rounds=num_rounds,
+            train_config=train_config,
+            evaluate_fn=evaluate_fn,
+            silo_nodes=self.silo_nodes(grid),
+            before_round=before_round,
+        )
+        self.reports = list(self.strategy.reports)
+        return result

@@ -1,0 +1,109 @@
+"""The two ``CodedSecAgg.start`` options coded shuffling needs (issue 17): ``before_round`` (a
+reshuffle between rounds; its entries reach that round's train config on every silo) and
+``silo_nodes`` (silo i of the code is the node that holds silo i's partitions)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from flwr.app import Array, ArrayRecord, ConfigRecord, MessageType
+
+from coded_fl.errors import ConfigurationError
+from tests.unit.test_strategy_faults import D, FakeGrid, _strategy
+
+
+@pytest.fixture(autouse=True)
+def _task_identity(monkeypatch: pytest.MonkeyPatch) -> None:
+    from flwr.supercore.task_identity import TaskIdentity
+
+    for name, value in (("_run_id", 7), ("_node_id", 1), ("_task_id", 1)):
+        monkeypatch.setattr(TaskIdentity, name, value)
+
+
+def _init() -> ArrayRecord:
+    return ArrayRecord({"w": Array(np.zeros(D, dtype=np.float32))})
+
+
+def test_before_round_runs_before_each_rounds_train_requests_and_reaches_every_silo() -> None:
+    grid = FakeGrid(4)
+    seen: list[tuple[int, int, object]] = []  # (node, server-round, our entry)
+    calls: list[tuple[int, int]] = []  # (round, train messages pushed so far)
+    app = grid.app
+
+    def recording(msg, ctx):  # type: ignore[no-untyped-def]
+        if msg.metadata.message_type == MessageType.TRAIN and "config" in msg.content:
+            conf = msg.content["config"]
+            seen.append((ctx.node_id, int(conf["server-round"]), conf.get("test.map")))
+        return app(msg, ctx)
+
+    grid.app = recording  # type: ignore[assignment]
+
+    def before_round(r: int) -> ConfigRecord:
+        calls.append((r, len(seen)))
+        return ConfigRecord({"test.map": f"map-{r}"})
+
+    strategy = _strategy(4)
+    strategy.start(grid=grid, initial_arrays=_init(), num_rounds=3, before_round=before_round)
+    assert all(rep.ok for rep in strategy.reports)
+    assert [r for r, _ in calls] == [1, 2, 3]
+    assert [n for _, n in calls] == [0, 4, 8]  # before that round's requests, after the last
+    for r in (1, 2, 3):
+        got = {node: entry for node, rr, entry in seen if rr == r}
+        assert got == {100 + i: f"map-{r}" for i in range(4)}
+
+
+def test_silo_nodes_fix_which_node_is_which_silo() -> None:
+    grid = FakeGrid(4)
+    order = [102, 100, 103, 101]
+    strategy = _strategy(4)
+    strategy.start(grid=grid, initial_arrays=_init(), num_rounds=1, silo_nodes=order)
+    assert strategy.reports[0].ok
+    assert strategy._run is not None and strategy._run.node_of == dict(enumerate(order))
+    with pytest.raises(ConfigurationError, match="one node per silo"):
+        strategy.start(grid=grid, initial_arrays=_init(), num_rounds=1, silo_nodes=order[:3])
+
+
+class _LoopbackRelay:
+    """ShuffleRelay's interface over run_loopback (real machines, real stores, no Flower);
+    ``drops[epoch]`` = silos that vanish in that epoch's delivery."""
+
+    def __init__(self, tmp_path, K: int, units: int, drops: dict[int, set[int]]) -> None:
+        from coded_fl.shuffling import ShuffleMember, UnitStore
+        from coded_fl.shuffling.partitions import own_units, pack_examples
+        from coded_fl.shuffling.units import UnitSpec, digest
+
+        self.members = {m: ShuffleMember(m) for m in range(K)}
+        self.stores = {m: UnitStore(tmp_path / f"m{m}") for m in range(K)}
+        for m, store in self.stores.items():
+            raws = [pack_examples({"y": np.full(3, m)}) for _ in range(units)]
+            specs = [
+                UnitSpec(u, len(r), digest(r))
+                for u, r in zip(own_units(m, units), raws, strict=True)
+            ]
+            store.commit(add=dict(zip(specs, raws, strict=True)), epoch=0, known=specs)
+        self.drops = drops
+        self.nodes_of_members = {m: 100 + m for m in range(K)}
+
+    def run(self, job):  # type: ignore[no-untyped-def]
+        from coded_fl.shuffling import run_loopback
+
+        gone = self.drops.get(job.epoch, set())
+        return run_loopback(
+            job, self.members, self.stores, drop=lambda stage, m: stage == "deliver" and m in gone
+        )
+
+
+def test_a_placement_that_leaves_too_few_silos_placed_is_run_again(tmp_path) -> None:
+    from strategies.placement import ShuffledTraining
+
+    relay = _LoopbackRelay(tmp_path, 4, 2, drops={1: {0, 2}})
+    run = ShuffledTraining(_strategy(4), relay, units_per_silo=2, reshuffle_every=1)  # type: ignore[arg-type]
+    run.start(FakeGrid(4), _init(), 3)
+    first, again, *reshuffles = run.epochs
+    assert first.before_round == again.before_round == 1
+    assert first.incomplete == (0, 2) and again.incomplete == ()  # s = 1: one retry repairs
+    assert again.load < first.load  # it moved only what was missing
+    assert [e.before_round for e in reshuffles] == [2, 3]
+    assert all(e.load == e.formula_load for e in run.epochs)
+    assert not any(e.incomplete for e in reshuffles)
+    assert all(rep.ok for rep in run.reports)
