@@ -34,14 +34,26 @@ from .clients import (
     shuffle_client_app,
     silo_store,
 )
-from .strategies import CodedSecAgg, RoundReport, ShuffleRelay
+from .strategies import (
+    CodedSecAgg,
+    CodedSecAggWorkflow,
+    LegacyStrategy,
+    NotComposableError,
+    RoundReport,
+    ShuffleRelay,
+    coded_server_app,
+)
 
 __all__ = [
     "ClientPolicy",
     "CodedSecAgg",
+    "CodedSecAggWorkflow",
+    "LegacyStrategy",
+    "NotComposableError",
     "RoundReport",
     "ShuffleRelay",
     "coded_secagg_mod",
+    "coded_server_app",
     "make_coded_secagg_mod",
     "register_shuffle",
     "shuffle_client_app",

@@ -4,6 +4,16 @@
 """
 
 from .coded_secagg import CodedSecAgg, RoundReport
+from .composable import NotComposableError
+from .legacy import CodedSecAggWorkflow, LegacyStrategy, coded_server_app
 from .shuffle import ShuffleRelay
 
-__all__ = ["CodedSecAgg", "RoundReport", "ShuffleRelay"]
+__all__ = [
+    "CodedSecAgg",
+    "CodedSecAggWorkflow",
+    "LegacyStrategy",
+    "NotComposableError",
+    "RoundReport",
+    "ShuffleRelay",
+    "coded_server_app",
+]

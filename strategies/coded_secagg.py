@@ -33,6 +33,7 @@ from coded_fl.layout import UpdateLayout, flatten
 from coded_fl.secagg import ProtocolConfig, ServerMachine
 from coded_fl.vocabulary import TrainSpec
 
+from .composable import calibrate_noise, check_composable, legacy_advice
 from .driver import RoundDriver
 from .report import RoundReport, waiting_estimate
 from .run import RunSettings, RunState
@@ -121,10 +122,11 @@ class CodedSecAgg(Strategy):
         poll_interval: float = 0.05,
         progress: Callable[[RoundReport], None] | None = None,
     ) -> None:
+        check_composable(strategy)
         if not isinstance(strategy, Strategy):
             raise ConfigurationError(
                 "strategy must be a flwr.serverapp.strategy.Strategy, got "
-                f"{type(strategy).__name__}"
+                f"{type(strategy).__name__}" + legacy_advice(strategy)
             )
         for name, value in (
             ("round_timeout", round_timeout),
@@ -347,6 +349,31 @@ class CodedSecAgg(Strategy):
         LOG.info("")
         train_config = ConfigRecord() if train_config is None else train_config
         evaluate_config = ConfigRecord() if evaluate_config is None else evaluate_config
+        driver = self.prepare(grid, initial_arrays, timeout=timeout)
+        return driver.run(initial_arrays, num_rounds, train_config, evaluate_config, evaluate_fn)
+
+    def prepare(self, grid: Grid, initial_arrays: ArrayRecord, *, timeout: float) -> RoundDriver:
+        """A new run's state and its round driver, before any key exchange (what ``start``
+        does before its first round; the legacy fit workflow drives the rounds itself).
+
+        Parameters
+        ----------
+        grid
+            The Flower grid.
+        initial_arrays
+            The initial model (its size sets the protocol's vector length).
+        timeout
+            Caps every stage deadline.
+
+        Returns
+        -------
+        RoundDriver
+
+        Raises
+        ------
+        ConfigurationError
+            Too few nodes, or settings that cannot work with them.
+        """
         self._run = None
         nodes = self._wait_for_nodes(grid)
         n = len(nodes)
@@ -378,8 +405,8 @@ class CodedSecAgg(Strategy):
             weight_bound=self.spec.max_weight,
         )
         self._run = state
-        driver = RoundDriver(self._settings(), grid, state)
-        return driver.run(initial_arrays, num_rounds, train_config, evaluate_config, evaluate_fn)
+        calibrate_noise(self.strategy, cfg.gradient_code.K)
+        return RoundDriver(self._settings(), grid, state)
 
     def _settings(self) -> RunSettings:
         return RunSettings(

@@ -113,20 +113,7 @@ class RoundDriver:
         for r in range(1, num_rounds + 1):
             LOG.info("")
             LOG.info("[ROUND %s/%s]", r, num_rounds)
-            ex.poll()  # a restarted silo's refusal may come after its round closed
-            asked, rekeyed = self.membership.renew(r)
-            roster_grid = RosterGrid(self.grid, [st.node_of[i] for i in range(st.config.n)])
-            st.misconfigured.clear()
-            report = self.train_round(r, roster_grid, arrays, train_config)
-            reruns = 0
-            while reruns < MAX_WEIGHT_RERUNS and not report.ok and self._raise_weight_bound(r):
-                reruns += 1
-                report = self.train_round(r, roster_grid, arrays, train_config)
-            report.round_trips += reruns  # each refused attempt cost a train round trip
-            if not report.ok:
-                self._stop_if_hopeless(report)
-            report.rekeyed = rekeyed
-            report.round_trips += int(asked)
+            report, roster_grid = self.fit_round(r, arrays, train_config)
             if report.ok and report.arrays is not None:
                 arrays = report.arrays
                 result.arrays = arrays
@@ -151,6 +138,38 @@ class RoundDriver:
         ex.drain(min(30.0, self.settings.round_timeout))
         _log_final(result, time.time() - t_start)
         return result
+
+    def fit_round(
+        self, r: int, arrays: ArrayRecord, train_config: ConfigRecord
+    ) -> tuple[RoundReport, RosterGrid]:
+        """Round ``r``'s training: keys renewed where membership changed, the coded round
+        (rerun if the automatic weight bound rose), the wrapped strategy's aggregate.
+
+        Both the Message-API loop (:meth:`run`) and the legacy fit workflow
+        (:class:`strategies.legacy.CodedSecAggWorkflow`) call it once per round.
+
+        Returns
+        -------
+        tuple[RoundReport, RosterGrid]
+            The round's report (``report.arrays`` is the new model when ``report.ok``) and the
+            grid restricted to the run's silos (for the round's evaluation).
+        """
+        st, ex = self.state, self.exchange
+        ex.poll()  # a restarted silo's refusal may come after its round closed
+        asked, rekeyed = self.membership.renew(r)
+        roster_grid = RosterGrid(self.grid, [st.node_of[i] for i in range(st.config.n)])
+        st.misconfigured.clear()
+        report = self.train_round(r, roster_grid, arrays, train_config)
+        reruns = 0
+        while reruns < MAX_WEIGHT_RERUNS and not report.ok and self._raise_weight_bound(r):
+            reruns += 1
+            report = self.train_round(r, roster_grid, arrays, train_config)
+        report.round_trips += reruns  # each refused attempt cost a train round trip
+        if not report.ok:
+            self._stop_if_hopeless(report)
+        report.rekeyed = rekeyed
+        report.round_trips += int(asked)
+        return report, roster_grid
 
     def _raise_weight_bound(self, r: int) -> bool:
         """After a round that more silos refused for the automatic weight bound than a round

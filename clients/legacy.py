@@ -1,0 +1,86 @@
+"""Reading a legacy (``NumPyClient``) train reply in the form the mod reads every reply.
+
+A ClientApp built from a ``client_fn`` answers a train request with Flower's legacy records
+(``fitres.parameters``: the arrays as serialised NumPy bytes without names, shapes or dtypes;
+``fitres.num_examples``; ``fitres.metrics`` as a ConfigRecord; ``fitres.status``). The mod
+turns that into the Message-API form (the arrays under the model's names, one MetricRecord with
+the weight and the numeric metrics) and reads it as it reads any reply: one mod, one path.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from flwr.app import Array, ArrayRecord, MetricRecord, RecordDict
+
+from coded_fl.errors import InputError
+from coded_fl.vocabulary import (
+    LEGACY_RES_ARRAYS,
+    LEGACY_RES_METRICS,
+    LEGACY_RES_STATUS,
+    LEGACY_RES_WEIGHT,
+    LEGACY_WEIGHT_KEY,
+    TrainSpec,
+)
+
+__all__ = ["from_legacy_reply", "is_legacy_reply"]
+
+
+def is_legacy_reply(content: RecordDict) -> bool:
+    """True for the content of a legacy ``FitRes`` reply."""
+    return LEGACY_RES_ARRAYS in content.array_records
+
+
+def from_legacy_reply(
+    content: RecordDict, model: ArrayRecord, spec: TrainSpec, *, who: str
+) -> RecordDict:
+    """A legacy ``FitRes`` reply as ``{spec.arrays_key: arrays, "metrics": MetricRecord}``.
+
+    Parameters
+    ----------
+    content
+        The reply's content (``fitres.*`` records).
+    model
+        The model the silo was sent: the arrays take its names, in its order.
+    spec
+        The round's train spec (where the arrays go, the weight's name).
+    who
+        Who produced the reply (for the message).
+
+    Returns
+    -------
+    RecordDict
+
+    Raises
+    ------
+    InputError
+        A status other than OK, or arrays that are not NumPy arrays or not as many as the
+        model's.
+    """
+    status = content.config_records.get(LEGACY_RES_STATUS)
+    if status is not None and int(status.get("code", 0)) != 0:  # type: ignore[call-overload]
+        raise InputError(
+            f"{who} returned FitRes status {status.get('code')}: {status.get('message', '')}"
+        )
+    arrays = content.array_records[LEGACY_RES_ARRAYS]
+    if len(arrays) != len(model):
+        raise InputError(
+            f"{who} returned {len(arrays)} arrays; the model it was sent has {len(model)}"
+        )
+    try:
+        named = ArrayRecord(
+            {
+                name: Array(np.ascontiguousarray(arr.numpy()))
+                for name, arr in zip(model.keys(), arrays.values(), strict=True)
+            }
+        )
+    except (TypeError, ValueError) as exc:
+        raise InputError(f"{who} returned parameters that are not NumPy arrays: {exc}") from None
+    metrics: dict[str, int | float] = {
+        k: v
+        for k, v in (content.config_records.get(LEGACY_RES_METRICS) or {}).items()
+        if isinstance(v, (int, float)) and not isinstance(v, bool)
+    }
+    weight = (content.metric_records.get(LEGACY_RES_WEIGHT) or {}).get(LEGACY_WEIGHT_KEY)
+    if isinstance(weight, (int, float)):
+        metrics[spec.weight_key] = weight
+    return RecordDict({spec.arrays_key: named, "metrics": MetricRecord(metrics)})
