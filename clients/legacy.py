@@ -56,11 +56,11 @@ def from_legacy_reply(
         A status other than OK, or arrays that are not NumPy arrays or not as many as the
         model's.
     """
-    status = content.config_records.get(LEGACY_RES_STATUS)
-    if status is not None and int(status.get("code", 0)) != 0:  # type: ignore[call-overload]
-        raise InputError(
-            f"{who} returned FitRes status {status.get('code')}: {status.get('message', '')}"
-        )
+    if LEGACY_RES_STATUS in content.config_records:
+        status = content.config_records[LEGACY_RES_STATUS]
+        code, message = status.get("code", 0), status.get("message", "")
+        if code != 0:
+            raise InputError(f"{who} returned FitRes status {code!r}: {message!r}")
     arrays = content.array_records[LEGACY_RES_ARRAYS]
     if len(arrays) != len(model):
         raise InputError(
@@ -75,12 +75,13 @@ def from_legacy_reply(
         )
     except (TypeError, ValueError) as exc:
         raise InputError(f"{who} returned parameters that are not NumPy arrays: {exc}") from None
-    metrics: dict[str, int | float] = {
-        k: v
-        for k, v in (content.config_records.get(LEGACY_RES_METRICS) or {}).items()
-        if isinstance(v, (int, float)) and not isinstance(v, bool)
-    }
-    weight = (content.metric_records.get(LEGACY_RES_WEIGHT) or {}).get(LEGACY_WEIGHT_KEY)
-    if isinstance(weight, (int, float)):
-        metrics[spec.weight_key] = weight
+    metrics: dict[str, int | float | list[int] | list[float]] = {}
+    if LEGACY_RES_METRICS in content.config_records:
+        for k, v in content.config_records[LEGACY_RES_METRICS].items():
+            if isinstance(v, (int, float)) and not isinstance(v, bool):
+                metrics[k] = v
+    if LEGACY_RES_WEIGHT in content.metric_records:
+        weight = content.metric_records[LEGACY_RES_WEIGHT].get(LEGACY_WEIGHT_KEY)
+        if isinstance(weight, (int, float)):
+            metrics[spec.weight_key] = weight
     return RecordDict({spec.arrays_key: named, "metrics": MetricRecord(metrics)})

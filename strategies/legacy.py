@@ -137,7 +137,7 @@ class LegacyStrategy(Strategy):
             node = cast(GridClientProxy, proxy).node_id
             self._proxies[node] = proxy
             # the named, shaped arrays: their bytes are what a legacy client deserialises
-            fit_config = ConfigRecord({**_scalars(config), **ins.config})  # type: ignore[arg-type]
+            fit_config = ConfigRecord({**_scalars(config), **ins.config})
             content = RecordDict({LEGACY_FIT_ARRAYS: arrays, LEGACY_FIT_CONFIG: fit_config})
             out.append(Message(content, dst_node_id=node, message_type=MessageType.TRAIN))
         return out
@@ -152,7 +152,7 @@ class LegacyStrategy(Strategy):
             if reply.has_error():
                 failures.append(Exception(reply.error.reason))
                 continue
-            arrays = reply.content[LEGACY_FIT_ARRAYS]
+            arrays = reply.content.array_records[LEGACY_FIT_ARRAYS]
             names = list(arrays.keys())
             record = next(iter(reply.content.metric_records.values()), MetricRecord())
             weight = float(record.get(LEGACY_WEIGHT_KEY, 1.0))  # type: ignore[arg-type]
@@ -208,7 +208,7 @@ class LegacyStrategy(Strategy):
         return MetricRecord({"loss": float(loss), **_numbers(metrics)})
 
 
-def _numbers(metrics: dict[str, Any] | None) -> dict[str, float]:
+def _numbers(metrics: dict[str, Any] | None) -> dict[str, int | float | list[int] | list[float]]:
     return {
         k: float(v)
         for k, v in (metrics or {}).items()

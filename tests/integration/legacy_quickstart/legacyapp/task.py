@@ -20,7 +20,7 @@ def get_weights(net: Net) -> list[np.ndarray]:
 
 def set_weights(net: Net, parameters: list[np.ndarray]) -> None:
     keys = net.state_dict().keys()
-    net.load_state_dict({k: torch.tensor(v) for k, v in zip(keys, parameters)})
+    net.load_state_dict({k: torch.tensor(v) for k, v in zip(keys, parameters, strict=True)})
 
 
 def load_data(partition_id: int, num_partitions: int):
