@@ -4,15 +4,17 @@ A ClientApp built from a ``client_fn`` answers a train request with Flower's leg
 (``fitres.parameters``: the arrays as serialised NumPy bytes without names, shapes or dtypes;
 ``fitres.num_examples``; ``fitres.metrics`` as a ConfigRecord; ``fitres.status``). The mod
 turns that into the Message-API form (the arrays under the model's names, one MetricRecord with
-the weight and the numeric metrics) and reads it as it reads any reply: one mod, one path.
+the weight and the numeric metrics) and reads it as it reads any reply: one mod, one path. The
+arrays keep their bytes; shapes and dtypes are read from the ``.npy`` headers (no copy).
 """
 
 from __future__ import annotations
 
-import numpy as np
 from flwr.app import Array, ArrayRecord, MetricRecord, RecordDict
+from flwr.common.constant import SType
 
 from coded_fl.errors import InputError
+from coded_fl.layout import npy_header
 from coded_fl.vocabulary import (
     LEGACY_RES_ARRAYS,
     LEGACY_RES_METRICS,
@@ -66,15 +68,15 @@ def from_legacy_reply(
         raise InputError(
             f"{who} returned {len(arrays)} arrays; the model it was sent has {len(model)}"
         )
-    try:
-        named = ArrayRecord(
-            {
-                name: Array(np.ascontiguousarray(arr.numpy()))
-                for name, arr in zip(model.keys(), arrays.values(), strict=True)
-            }
-        )
-    except (TypeError, ValueError) as exc:
-        raise InputError(f"{who} returned parameters that are not NumPy arrays: {exc}") from None
+    named = ArrayRecord()
+    for name, arr in zip(model.keys(), arrays.values(), strict=True):
+        try:  # labelled from the .npy header: the bytes are used as they are, not copied
+            shape, dtype = npy_header(arr.data)
+        except InputError as exc:
+            raise InputError(
+                f"{who} returned parameters that are not NumPy arrays: {exc}"
+            ) from None
+        named[name] = Array(dtype=str(dtype), shape=shape, stype=SType.NUMPY, data=arr.data)
     metrics: dict[str, int | float | list[int] | list[float]] = {}
     if LEGACY_RES_METRICS in content.config_records:
         for k, v in content.config_records[LEGACY_RES_METRICS].items():

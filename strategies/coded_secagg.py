@@ -33,7 +33,7 @@ from coded_fl.layout import UpdateLayout, flatten
 from coded_fl.secagg import ProtocolConfig, ServerMachine
 from coded_fl.vocabulary import TrainSpec
 
-from .composable import calibrate_noise, check_composable, legacy_advice
+from .composable import calibrate_noise, chain_attr, check_composable, legacy_advice
 from .driver import RoundDriver
 from .report import RoundReport, waiting_estimate
 from .run import RunSettings, RunState
@@ -170,9 +170,9 @@ class CodedSecAgg(Strategy):
         self.poll_interval = float(poll_interval)
         self.progress = progress or (lambda r: LOG.info(r.line()))
         self.spec = TrainSpec(
-            arrays_key=getattr(strategy, "arrayrecord_key", "arrays"),
-            config_key=getattr(strategy, "configrecord_key", "config"),
-            weight_key=getattr(strategy, "weighted_by_key", "num-examples"),
+            arrays_key=chain_attr(strategy, "arrayrecord_key", "arrays"),
+            config_key=chain_attr(strategy, "configrecord_key", "config"),
+            weight_key=chain_attr(strategy, "weighted_by_key", "num-examples"),
             max_weight=AUTO_WEIGHT_START if max_weight is None else float(max_weight),
             metric_keys=tuple(metric_keys),
             auto_weight=max_weight is None,
@@ -243,7 +243,7 @@ class CodedSecAgg(Strategy):
         )
 
     def _wait_for_nodes(self, grid: Grid) -> list[int]:
-        want = self.num_silos or int(getattr(self.strategy, "min_available_nodes", 2))
+        want = self.num_silos or int(chain_attr(self.strategy, "min_available_nodes", 2))
         deadline = time.monotonic() + self.node_wait_timeout
         while True:
             nodes = sorted(grid.get_node_ids())
@@ -286,12 +286,12 @@ class CodedSecAgg(Strategy):
     def _check_inner(self, n: int) -> None:
         inner = self.strategy
         for attr in ("min_available_nodes", "min_train_nodes"):
-            v = getattr(inner, attr, None)
+            v = chain_attr(inner, attr, None)
             if isinstance(v, int) and v > n:
                 raise ConfigurationError(
                     f"the wrapped strategy's {attr}={v} exceeds the {n} silos: lower it to <= {n}"
                 )
-        frac = getattr(inner, "fraction_train", 1.0)
+        frac = chain_attr(inner, "fraction_train", 1.0)
         if isinstance(frac, (int, float)) and frac < 1.0:
             LOG.warning(
                 "[coded-fl] fraction_train=%s is ignored: every silo trains its "

@@ -26,13 +26,20 @@ silos replied), so its Gaussian noise, of standard deviation
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from flwr.server import strategy as legacy
 from flwr.serverapp import strategy as msgapi
 
 from coded_fl.errors import ConfigurationError
 
-__all__ = ["NotComposableError", "calibrate_noise", "check_composable", "legacy_advice"]
+__all__ = [
+    "NotComposableError",
+    "calibrate_noise",
+    "chain_attr",
+    "check_composable",
+    "legacy_advice",
+]
 
 LOG = logging.getLogger("flwr")
 
@@ -97,6 +104,30 @@ def _chain(strategy: object) -> list[object]:
         out.append(strategy)
         strategy = getattr(strategy, "strategy", None)
     return out
+
+
+def chain_attr(strategy: object, name: str, default: Any) -> Any:
+    """The attribute ``name`` of the outermost strategy in the chain that has it: a wrapper
+    (Flower's DP wrappers) does not repeat its inner strategy's ``min_available_nodes``,
+    ``arrayrecord_key``, ... but they are what the run must use.
+
+    Parameters
+    ----------
+    strategy
+        The strategy (chain).
+    name
+        The attribute.
+    default
+        Returned when no strategy in the chain has it.
+
+    Returns
+    -------
+    Any
+    """
+    for s in _chain(strategy):
+        if hasattr(s, name):
+            return getattr(s, name)
+    return default
 
 
 def check_composable(strategy: object) -> None:

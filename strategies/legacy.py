@@ -30,7 +30,6 @@ import logging
 from collections.abc import Callable, Iterable
 from typing import Any, cast
 
-import numpy as np
 from flwr.app import (
     Array,
     ArrayRecord,
@@ -41,13 +40,8 @@ from flwr.app import (
     MetricRecord,
     RecordDict,
 )
-from flwr.common import (
-    Code,
-    FitRes,
-    Status,
-    ndarrays_to_parameters,
-    parameters_to_ndarrays,
-)
+from flwr.common import Code, FitRes, Status
+from flwr.common.constant import SType
 from flwr.compat.common import recorddict_compat as compat
 from flwr.server import LegacyContext, ServerAppComponents
 from flwr.server import strategy as legacy
@@ -59,11 +53,12 @@ from flwr.server.workflow.constant import MAIN_CONFIGS_RECORD, MAIN_PARAMS_RECOR
 from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy import Strategy
 
-from coded_fl.errors import ConfigurationError
+from coded_fl.errors import ConfigurationError, InputError
+from coded_fl.layout import npy_header
 from coded_fl.vocabulary import LEGACY_FIT_ARRAYS, LEGACY_FIT_CONFIG, LEGACY_WEIGHT_KEY
 
 from .coded_secagg import CodedSecAgg
-from .composable import check_composable
+from .composable import chain_attr, check_composable
 from .driver import RoundDriver
 
 __all__ = ["CodedSecAggWorkflow", "LegacyStrategy", "coded_server_app"]
@@ -116,8 +111,10 @@ class LegacyStrategy(Strategy):
                 f"{type(strategy).__name__} (a Message-API strategy goes into CodedSecAgg as is)"
             )
         self.strategy = strategy
-        self.min_available_nodes = int(getattr(strategy, "min_available_clients", 2))
-        self.min_train_nodes = int(getattr(strategy, "min_fit_clients", 2))
+        # the inner strategy's settings, also through wrappers (Flower's DP wrappers)
+        self.min_available_nodes = int(chain_attr(strategy, "min_available_clients", 2))
+        self.min_train_nodes = int(chain_attr(strategy, "min_fit_clients", 2))
+        self.fraction_train = float(chain_attr(strategy, "fraction_fit", 1.0))
         self._proxies: dict[int, ClientProxy] = {}
 
     def summary(self) -> None:
@@ -159,7 +156,7 @@ class LegacyStrategy(Strategy):
             metrics = {k: v for k, v in record.items() if k != LEGACY_WEIGHT_KEY}
             res = FitRes(
                 status=Status(Code.OK, ""),
-                parameters=ndarrays_to_parameters(arrays.to_numpy_ndarrays()),
+                parameters=compat.arrayrecord_to_parameters(arrays, keep_input=True),
                 num_examples=max(1, round(weight)),
                 metrics=metrics,  # type: ignore[arg-type]
             )
@@ -168,14 +165,8 @@ class LegacyStrategy(Strategy):
         numbers = MetricRecord(_numbers(metrics_out))
         if params is None:
             return None, numbers
-        nds = parameters_to_ndarrays(params)
-        if len(nds) != len(names):
-            raise ConfigurationError(
-                f"{type(self.strategy).__name__}.aggregate_fit returned {len(nds)} arrays for a "
-                f"model of {len(names)}"
-            )
-        return ArrayRecord(
-            {k: Array(np.asarray(a)) for k, a in zip(names, nds, strict=True)}
+        return _labelled(
+            params.tensors, names, who=f"{type(self.strategy).__name__}.aggregate_fit"
         ), numbers
 
     def configure_evaluate(
@@ -216,18 +207,28 @@ def _numbers(metrics: dict[str, Any] | None) -> dict[str, int | float | list[int
     }
 
 
+def _labelled(tensors: list[bytes], names: list[str], *, who: str) -> ArrayRecord:
+    """Legacy ``Parameters`` tensors (``.npy`` bytes) as an ArrayRecord under ``names``, shape
+    and dtype read from the headers: the bytes are used as they are, not copied."""
+    if len(tensors) != len(names):
+        raise ConfigurationError(f"{who}: {len(tensors)} arrays for a model of {len(names)}")
+    out = ArrayRecord()
+    for name, data in zip(names, tensors, strict=True):
+        try:
+            shape, dtype = npy_header(data)
+        except InputError as exc:
+            raise ConfigurationError(f"{who}: parameters that are not NumPy: {exc}") from None
+        out[name] = Array(dtype=str(dtype), shape=shape, stype=SType.NUMPY, data=data)
+    return out
+
+
 def _named(record: ArrayRecord) -> ArrayRecord:
     """The legacy model record (serialised NumPy arrays without shape or dtype metadata) as an
     ArrayRecord of NumPy arrays; records already holding them are returned as they are."""
     if all(arr.dtype for arr in record.values()):
         return record
-    try:
-        return ArrayRecord({k: Array(np.asarray(arr.numpy())) for k, arr in record.items()})
-    except (TypeError, ValueError) as exc:
-        raise ConfigurationError(
-            f"the global model is not a list of NumPy arrays ({exc}): coded-fl aggregates "
-            "NumPy parameters (ndarrays_to_parameters)"
-        ) from None
+    names = list(record.keys())
+    return _labelled([arr.data for arr in record.values()], names, who="the initial model")
 
 
 class CodedSecAggWorkflow:

@@ -315,3 +315,70 @@ def test_legacy_client_side_fixed_clipping_clips_each_partition() -> None:
     assert np.abs(_model(ctx) - np.mean(clipped, axis=0)).max() <= _bound()
     unclipped = np.mean([_step(k) for k in range(N)], axis=0)
     assert np.abs(unclipped - np.mean(clipped, axis=0)).max() > 20 * _bound()
+
+
+def test_settings_of_a_wrapped_strategy_are_read_through_the_wrapper() -> None:
+    inner = msgapi.FedAvg(min_available_nodes=7, arrayrecord_key="model")
+    dp = msgapi.DifferentialPrivacyClientSideFixedClipping(
+        inner, noise_multiplier=0.1, clipping_norm=1.0, num_sampled_clients=7
+    )
+    s = CodedSecAgg(dp, num_stragglers=1, privacy_threshold=1)
+    assert s.spec.arrays_key == "model"
+    with pytest.raises(ConfigurationError, match="min_available_nodes=7 exceeds the 3 silos"):
+        s._check_inner(3)
+    old = legacy.DifferentialPrivacyClientSideFixedClipping(
+        legacy.FedAvg(min_available_clients=5, min_fit_clients=5),
+        noise_multiplier=0.1,
+        clipping_norm=1.0,
+        num_sampled_clients=5,
+    )
+    adapter = LegacyStrategy(old)
+    assert adapter.min_available_nodes == 5 and adapter.min_train_nodes == 5
+
+
+# ---------------------------------------------------------------------- legacy replies, bad input
+def _fitres(arrays: list[np.ndarray], *, code: int = 0) -> RecordDict:
+    from flwr.common import Code
+    from flwr.compat.common import recorddict_compat as compat
+
+    res = FitRes(Status(Code(code), "boom" if code else ""), ndarrays_to_parameters(arrays), 3, {})
+    res.metrics = {"train_loss": 0.25, "note": "text"}
+    return compat.fitres_to_recorddict(res, keep_input=True)
+
+
+def test_a_legacy_reply_is_labelled_from_its_npy_headers_without_copies() -> None:
+    from clients.legacy import from_legacy_reply
+    from coded_fl.vocabulary import TrainSpec
+
+    model = ArrayRecord({"a": Array(np.zeros((2, 3), np.float32)), "b": Array(np.zeros(4))})
+    content = _fitres([np.ones((2, 3), np.float32), np.arange(4.0)])
+    data = [a.data for a in content["fitres.parameters"].values()]
+    spec = TrainSpec(arrays_key="fitins.parameters", weight_key="num_examples")
+    out = from_legacy_reply(content, model, spec, who="w")
+    arrays = out["fitins.parameters"]
+    assert [(k, tuple(a.shape), a.dtype) for k, a in arrays.items()] == [
+        ("a", (2, 3), "float32"),
+        ("b", (4,), "float64"),
+    ]
+    assert [a.data for a in arrays.values()] == data  # the same bytes
+    assert np.array_equal(arrays["b"].numpy(), np.arange(4.0))
+    assert dict(out["metrics"].items()) == {"train_loss": 0.25, "num_examples": 3}
+
+
+@pytest.mark.parametrize("fault", ["status", "count", "bytes"])
+def test_a_bad_legacy_reply_is_refused_with_a_typed_error(fault: str) -> None:
+    from clients.legacy import from_legacy_reply
+    from coded_fl.errors import InputError
+    from coded_fl.vocabulary import TrainSpec
+
+    model = ArrayRecord({"a": Array(np.zeros(3, np.float32))})
+    content = _fitres([np.ones(3, np.float32)], code=1 if fault == "status" else 0)
+    if fault == "count":
+        content = _fitres([np.ones(3, np.float32), np.ones(3, np.float32)])
+    if fault == "bytes":
+        content["fitres.parameters"] = ArrayRecord(
+            {"0": Array(dtype="", shape=(), stype="numpy.ndarray", data=b"garbage")}
+        )
+    match = {"status": "status", "count": "2 arrays", "bytes": "not NumPy"}[fault]
+    with pytest.raises(InputError, match=match):
+        from_legacy_reply(content, model, TrainSpec(), who="the train function (partition 0)")
