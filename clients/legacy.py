@@ -28,7 +28,17 @@ __all__ = ["from_legacy_reply", "is_legacy_reply"]
 
 
 def is_legacy_reply(content: RecordDict) -> bool:
-    """True for the content of a legacy ``FitRes`` reply."""
+    """True for the content of a legacy ``FitRes`` reply.
+
+    Parameters
+    ----------
+    content
+        A train reply's content.
+
+    Returns
+    -------
+    bool
+    """
     return LEGACY_RES_ARRAYS in content.array_records
 
 

@@ -191,7 +191,17 @@ def calibrate_noise(strategy: object, num_partitions: int) -> None:
 
 def legacy_advice(strategy: object) -> str:
     """Advice for a legacy (``flwr.server.strategy``) strategy given where a Message-API one
-    is expected ("" for anything else)."""
+    is expected ("" for anything else).
+
+    Parameters
+    ----------
+    strategy
+        What the user passed.
+
+    Returns
+    -------
+    str
+    """
     if not isinstance(strategy, legacy.Strategy):
         return ""
     return (

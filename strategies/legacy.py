@@ -118,6 +118,7 @@ class LegacyStrategy(Strategy):
         self._proxies: dict[int, ClientProxy] = {}
 
     def summary(self) -> None:
+        """Log the wrapped legacy strategy."""
         LOG.info("\t└──> legacy strategy: %r", self.strategy)
 
     def _proxy(self, node: int, grid: Grid | None = None) -> ClientProxy:
@@ -276,7 +277,21 @@ class CodedSecAggWorkflow:
 
     def __call__(self, grid: Grid, context: Context) -> None:
         """Run one fit round (the round number is in the context, as Flower's workflows read
-        it)."""
+        it).
+
+        Parameters
+        ----------
+        grid
+            The Flower grid.
+        context
+            The ``LegacyContext`` of ``DefaultWorkflow``: its strategy, global model (replaced
+            by the round's aggregate) and history.
+
+        Raises
+        ------
+        TypeError
+            If ``context`` is not a ``LegacyContext``.
+        """
         if not isinstance(context, LegacyContext):
             raise TypeError(f"Expect a LegacyContext, but get {type(context).__name__}.")
         cfg = context.state.config_records[MAIN_CONFIGS_RECORD]

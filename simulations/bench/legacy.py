@@ -128,13 +128,18 @@ def run(report: Report, *, quick: bool) -> None:
             report.add(
                 n=n, d=d, variant=name, repeat=rep, rounds=per, run_seconds=time.monotonic() - t0
             )
-    cpu = []
-    for legacy in (False, True):  # the CPU cost alone, without Ray and the machine's noise
+    cpu: dict[bool, list[float]] = {False: [], True: []}
+    for rep in range(repeats):  # the CPU cost alone, without Ray, alternately
+        for legacy in (False, True):
+            name = f"in process, {'legacy' if legacy else 'Message API'}"
+            per = in_process(n, d, rounds, legacy=legacy)
+            cpu[legacy] += per[1:]
+            report.add(n=n, d=d, variant=name, repeat=rep, rounds=per)
+    inproc = {k: statistics.median(v) for k, v in cpu.items()}
+    for legacy, m in inproc.items():
         name = f"in process, {'legacy' if legacy else 'Message API'}"
-        per = in_process(n, d, rounds, legacy=legacy)
-        cpu.append(statistics.median(per[1:]))
-        report.add(n=n, d=d, variant=name, rounds=per, seconds_per_round=cpu[-1])
-    report.add(n=n, kind="ratios", in_process_legacy_over_message_api=cpu[1] / cpu[0])
+        report.add(n=n, d=d, variant=name, kind="median", seconds_per_round=m)
+    report.add(n=n, kind="ratios", in_process_legacy_over_message_api=inproc[True] / inproc[False])
     medians = {name: statistics.median(v) if v else float("nan") for name, v in later.items()}
     msg, leg = medians.values()
     for name, m in medians.items():
