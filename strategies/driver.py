@@ -15,6 +15,10 @@ it; a second ``start`` makes new ones, so two runs never mix. Per round the driv
 A silo's reply that cannot be read or is refused makes that silo a straggler of the round
 (reported in :attr:`RoundReport.errors`); a round that cannot complete leaves the model as it
 was and says why.
+
+Length: about 340 lines of code: one round (train, close, recovery, retries, aggregate) is one
+sequence kept in one place, and :meth:`RoundDriver.fit_round` serves both the Message-API loop
+and the legacy fit workflow.
 """
 
 from __future__ import annotations
