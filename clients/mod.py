@@ -16,6 +16,13 @@ For each coded-fl message the mod drives the silo's :class:`coded_fl.secagg.Clie
   encoded with the gradient code, masked and uploaded. The silo's individual update never
   leaves it in the clear.
 
+The same mod serves a legacy ClientApp (``ClientApp(client_fn=...)`` with a ``NumPyClient``):
+the legacy adapter of the server sends the model and config as Flower's ``fitins.*`` records,
+the client's ``fit`` is called once per partition (``context.node_config["partition-id"]`` in
+its ``client_fn``, the seed and partition in its config) and its ``FitRes`` is read
+(:mod:`clients.legacy`). Mods after this one in ``mods=[...]`` (e.g. Flower's
+``fixedclipping_mod``) run once per partition, on the user's own records.
+
 Evaluation (and every non-``train`` message) passes through untouched. A ``train`` message
 without coded-fl content is refused with advice: the server must use
 ``coded_fl_flower.CodedSecAgg``.
@@ -77,6 +84,8 @@ from coded_fl.vocabulary import (
     is_ours,
     read_frame,
 )
+
+from .legacy import from_legacy_reply, is_legacy_reply
 
 __all__ = ["coded_secagg_mod", "make_coded_secagg_mod", "partition_seed"]
 
@@ -317,6 +326,8 @@ def _partial(
     if reply.has_error():
         raise InputError(f"{who} failed: {reply.error.reason}")
     content = reply.content
+    if is_legacy_reply(content):  # a NumPyClient app (client_fn): Flower's FitRes records
+        content = from_legacy_reply(content, model, spec, who=who)  # type: ignore[arg-type]
     arrays = content.get(spec.arrays_key)
     if arrays is None:
         raise InputError(f"{who} returned no ArrayRecord under '{spec.arrays_key}'")

@@ -43,6 +43,7 @@ __all__ = [
     "array_layout",
     "check_same_layout",
     "flatten",
+    "npy_header",
 ]
 
 #: Metrics travel scaled by c / METRIC_BOUND (and clipped to +-METRIC_BOUND).
@@ -260,6 +261,49 @@ def flatten(arrays: Mapping[str, Any]) -> torch.Tensor:
     if not parts:
         raise InputError("the ArrayRecord is empty: nothing to aggregate")
     return torch.cat(parts)
+
+
+def npy_header(data: bytes) -> tuple[tuple[int, ...], np.dtype[Any]]:
+    """(shape, dtype) of an array serialised with ``np.save``, read from its header only.
+
+    Flower's legacy ``Parameters`` carry such bytes without metadata; reading the header lets
+    an adapter label them (name, shape, dtype) without deserialising and serialising the data.
+
+    >>> import io
+    >>> buf = io.BytesIO(); np.save(buf, np.zeros((2, 3), np.float32))
+    >>> npy_header(buf.getvalue())
+    ((2, 3), dtype('float32'))
+
+    Parameters
+    ----------
+    data
+        The ``.npy`` bytes.
+
+    Returns
+    -------
+    tuple[tuple[int, ...], numpy.dtype]
+
+    Raises
+    ------
+    InputError
+        If the bytes are not a ``.npy`` array (or hold a Fortran-ordered or object array).
+    """
+    import io
+
+    buf = io.BytesIO(data[:4096])
+    try:
+        version = np.lib.format.read_magic(buf)
+        read = (
+            np.lib.format.read_array_header_1_0
+            if version == (1, 0)
+            else np.lib.format.read_array_header_2_0
+        )
+        shape, fortran, dtype = read(buf, max_header_size=4096)
+    except (ValueError, OSError, EOFError, SyntaxError) as exc:
+        raise InputError(f"not a NumPy .npy array: {exc}") from None
+    if fortran or dtype.hasobject:
+        raise InputError("a Fortran-ordered or object .npy array: send C-ordered numbers")
+    return tuple(int(x) for x in shape), dtype
 
 
 def array_layout(arrays: Mapping[str, Any]) -> ArrayLayout:

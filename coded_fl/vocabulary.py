@@ -16,6 +16,10 @@ Keys of a silo's ``context.state``
     :data:`STATE_KEY`, :data:`SHUFFLE_STATE_KEY` (never leave the node).
 Node-config keys
     :data:`SILO_NODE_KEY`, :data:`STORE_NODE_KEY`, :data:`ORG_KEY_FILE_NODE_KEY`.
+Flower's own legacy record names (not ours: the names a ``NumPyClient`` app reads and writes)
+    :data:`LEGACY_FIT_ARRAYS`, :data:`LEGACY_FIT_CONFIG`, :data:`LEGACY_RES_ARRAYS`,
+    :data:`LEGACY_RES_WEIGHT`, :data:`LEGACY_RES_METRICS`, :data:`LEGACY_RES_STATUS`,
+    :data:`LEGACY_WEIGHT_KEY`.
 
 >>> frame_bytes = unframe(frame(b"abc"))
 >>> frame_bytes
@@ -38,6 +42,13 @@ __all__ = [
     "DATA_STORE_NODE_KEY",
     "FRAME_ARRAY",
     "INFO_KEY",
+    "LEGACY_FIT_ARRAYS",
+    "LEGACY_FIT_CONFIG",
+    "LEGACY_RES_ARRAYS",
+    "LEGACY_RES_METRICS",
+    "LEGACY_RES_STATUS",
+    "LEGACY_RES_WEIGHT",
+    "LEGACY_WEIGHT_KEY",
     "MAX_DELTA_SCALE",
     "MSG_KEY",
     "ORG_KEY_FILE_NODE_KEY",
@@ -81,6 +92,17 @@ SHUFFLE_STATE_KEY = PREFIX + "shuffle.state"
 SILO_NODE_KEY = PREFIX + "silo"
 STORE_NODE_KEY = PREFIX + "store"
 ORG_KEY_FILE_NODE_KEY = PREFIX + "org-key-file"
+
+#: Flower's legacy train request (``FitIns``): the model and the config a NumPyClient's ``fit``
+#: gets, and its reply (``FitRes``): model, sample weight, metrics, status.
+LEGACY_FIT_ARRAYS = "fitins.parameters"
+LEGACY_FIT_CONFIG = "fitins.config"
+LEGACY_RES_ARRAYS = "fitres.parameters"
+LEGACY_RES_WEIGHT = "fitres.num_examples"
+LEGACY_RES_METRICS = "fitres.metrics"
+LEGACY_RES_STATUS = "fitres.status"
+#: The entry of :data:`LEGACY_RES_WEIGHT` that holds ``FitRes.num_examples``.
+LEGACY_WEIGHT_KEY = "num_examples"
 
 #: The action of shuffle messages: their Flower message type is ``query.codedfl_shuffle``
 #: (Flower message types allow no dot after the category).

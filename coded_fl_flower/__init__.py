@@ -40,16 +40,29 @@ from .clients import (
     silo_data_mod,
     silo_store,
 )
-from .strategies import CodedSecAgg, RoundReport, ShuffledTraining, ShuffleRelay
+from .strategies import (
+    CodedSecAgg,
+    CodedSecAggWorkflow,
+    LegacyStrategy,
+    NotComposableError,
+    RoundReport,
+    ShuffledTraining,
+    ShuffleRelay,
+    coded_server_app,
+)
 
 __all__ = [
     "ClientPolicy",
     "CodedSecAgg",
+    "CodedSecAggWorkflow",
+    "LegacyStrategy",
     "MissingDataError",
+    "NotComposableError",
     "RoundReport",
     "ShuffleRelay",
     "ShuffledTraining",
     "coded_secagg_mod",
+    "coded_server_app",
     "make_coded_secagg_mod",
     "partition_arrays",
     "partition_dataset",

@@ -14,8 +14,8 @@ had sent it, so server-side optimisers (FedAdam, FedYogi, FedAvgM, ...) work unc
 is the wrapped strategy's, passed through. A round that cannot complete leaves the model as it
 was and says why.
 
-Length: about 280 lines of code; the rest documents every setting (the constructor's docstring
-is the user's reference) and the Strategy interface.
+Length: about 300 lines of code; the rest documents the constructor's settings (the user's
+reference, one public surface kept in one place) and ``start``/``prepare``.
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ from coded_fl.layout import UpdateLayout, flatten
 from coded_fl.secagg import ProtocolConfig, ServerMachine
 from coded_fl.vocabulary import TrainSpec
 
+from .composable import calibrate_noise, chain_attr, check_composable, legacy_advice
 from .driver import RoundDriver
 from .report import RoundReport, waiting_estimate
 from .run import RunSettings, RunState
@@ -134,10 +135,11 @@ class CodedSecAgg(Strategy):
         poll_interval: float = 0.05,
         progress: Callable[[RoundReport], None] | None = None,
     ) -> None:
+        check_composable(strategy)
         if not isinstance(strategy, Strategy):
             raise ConfigurationError(
                 "strategy must be a flwr.serverapp.strategy.Strategy, got "
-                f"{type(strategy).__name__}"
+                f"{type(strategy).__name__}" + legacy_advice(strategy)
             )
         for name, value in (
             ("round_timeout", round_timeout),
@@ -182,9 +184,9 @@ class CodedSecAgg(Strategy):
         self.poll_interval = float(poll_interval)
         self.progress = progress or (lambda r: LOG.info(r.line()))
         self.spec = TrainSpec(
-            arrays_key=getattr(strategy, "arrayrecord_key", "arrays"),
-            config_key=getattr(strategy, "configrecord_key", "config"),
-            weight_key=getattr(strategy, "weighted_by_key", "num-examples"),
+            arrays_key=chain_attr(strategy, "arrayrecord_key", "arrays"),
+            config_key=chain_attr(strategy, "configrecord_key", "config"),
+            weight_key=chain_attr(strategy, "weighted_by_key", "num-examples"),
             max_weight=AUTO_WEIGHT_START if max_weight is None else float(max_weight),
             metric_keys=tuple(metric_keys),
             auto_weight=max_weight is None,
@@ -260,7 +262,7 @@ class CodedSecAgg(Strategy):
         )
 
     def _wait_for_nodes(self, grid: Grid) -> list[int]:
-        want = self.num_silos or int(getattr(self.strategy, "min_available_nodes", 2))
+        want = self.num_silos or int(chain_attr(self.strategy, "min_available_nodes", 2))
         deadline = time.monotonic() + self.node_wait_timeout
         while True:
             nodes = sorted(grid.get_node_ids())
@@ -318,12 +320,12 @@ class CodedSecAgg(Strategy):
     def _check_inner(self, n: int) -> None:
         inner = self.strategy
         for attr in ("min_available_nodes", "min_train_nodes"):
-            v = getattr(inner, attr, None)
+            v = chain_attr(inner, attr, None)
             if isinstance(v, int) and v > n:
                 raise ConfigurationError(
                     f"the wrapped strategy's {attr}={v} exceeds the {n} silos: lower it to <= {n}"
                 )
-        frac = getattr(inner, "fraction_train", 1.0)
+        frac = chain_attr(inner, "fraction_train", 1.0)
         if isinstance(frac, (int, float)) and frac < 1.0:
             LOG.warning(
                 "[coded-fl] fraction_train=%s is ignored: every silo trains its "
@@ -392,6 +394,42 @@ class CodedSecAgg(Strategy):
         LOG.info("")
         train_config = ConfigRecord() if train_config is None else train_config
         evaluate_config = ConfigRecord() if evaluate_config is None else evaluate_config
+        driver = self.prepare(grid, initial_arrays, timeout=timeout, silo_nodes=silo_nodes)
+        return driver.run(
+            initial_arrays, num_rounds, train_config, evaluate_config, evaluate_fn, before_round
+        )
+
+    def prepare(
+        self,
+        grid: Grid,
+        initial_arrays: ArrayRecord,
+        *,
+        timeout: float,
+        silo_nodes: Sequence[int] | None = None,
+    ) -> RoundDriver:
+        """A new run's state and its round driver, before any key exchange (what ``start``
+        does before its first round; the legacy fit workflow drives the rounds itself).
+
+        Parameters
+        ----------
+        grid
+            The Flower grid.
+        initial_arrays
+            The initial model (its size sets the protocol's vector length).
+        timeout
+            Caps every stage deadline.
+        silo_nodes
+            The node of every silo, in silo order (default: the connected nodes).
+
+        Returns
+        -------
+        RoundDriver
+
+        Raises
+        ------
+        ConfigurationError
+            Too few nodes, or settings that cannot work with them.
+        """
         self._run = None
         nodes = self._wait_for_nodes(grid) if silo_nodes is None else list(silo_nodes)
         if self.num_silos is not None and len(nodes) != self.num_silos:
@@ -428,10 +466,8 @@ class CodedSecAgg(Strategy):
             weight_bound=self.spec.max_weight,
         )
         self._run = state
-        driver = RoundDriver(self._settings(), grid, state)
-        return driver.run(
-            initial_arrays, num_rounds, train_config, evaluate_config, evaluate_fn, before_round
-        )
+        calibrate_noise(self.strategy, cfg.gradient_code.K)
+        return RoundDriver(self._settings(), grid, state)
 
     def _settings(self) -> RunSettings:
         return RunSettings(

@@ -16,9 +16,10 @@ A silo's reply that cannot be read or is refused makes that silo a straggler of 
 (reported in :attr:`RoundReport.errors`); a round that cannot complete leaves the model as it
 was and says why.
 
-Length: about 370 lines of code in one class, because every stage (train, recovery and its
-retries, the reruns for the weight bound and the clip range, apply, evaluate) reads and writes
-the same per-run state; the membership, reply handling and reports already live beside it.
+Length: about 380 lines of code: one round (train, close, recovery and its retries, the reruns
+for the weight bound and the clip range, aggregate) is one sequence on one per-run state, kept in
+one place; :meth:`RoundDriver.fit_round` serves both the Message-API loop and the legacy fit
+workflow. Membership, reply handling and reports already live beside it.
 """
 
 from __future__ import annotations
@@ -122,31 +123,13 @@ class RoundDriver:
         for r in range(1, num_rounds + 1):
             LOG.info("")
             LOG.info("[ROUND %s/%s]", r, num_rounds)
-            ex.poll()  # a restarted silo's refusal may come after its round closed
-            asked, rekeyed = self.membership.renew(r)
-            roster_grid = RosterGrid(self.grid, [st.node_of[i] for i in range(st.config.n)])
-            st.misconfigured.clear()
             extra = before_round(r) if before_round is not None else None
             config = (
                 ConfigRecord({**dict(train_config.items()), **dict(extra.items())})
                 if extra
                 else train_config
             )
-            report = self.train_round(r, roster_grid, arrays, config)
-            reruns, discarded_trips = 0, 0
-            while (
-                reruns < MAX_RERUNS
-                and not report.ok
-                and (self._raise_weight_bound(r) or self._widen_clip_range(r))
-            ):
-                reruns += 1
-                discarded_trips += report.round_trips
-                report = self.train_round(r, roster_grid, arrays, config)
-            report.round_trips += discarded_trips  # refused or clipped attempts cost theirs
-            if not report.ok:
-                self._stop_if_hopeless(report)
-            report.rekeyed = rekeyed
-            report.round_trips += int(asked)
+            report, roster_grid = self.fit_round(r, arrays, config)
             if report.ok and report.arrays is not None:
                 arrays = report.arrays
                 result.arrays = arrays
@@ -171,6 +154,44 @@ class RoundDriver:
         ex.drain(min(30.0, self.settings.round_timeout))
         _log_final(result, time.time() - t_start)
         return result
+
+    def fit_round(
+        self, r: int, arrays: ArrayRecord, train_config: ConfigRecord
+    ) -> tuple[RoundReport, RosterGrid]:
+        """Round ``r``'s training: keys renewed where membership changed, the coded round
+        (rerun if the automatic weight bound rose or entries were clipped), the wrapped
+        strategy's aggregate.
+
+        Both the Message-API loop (:meth:`run`) and the legacy fit workflow
+        (:class:`strategies.legacy.CodedSecAggWorkflow`) call it once per round.
+
+        Returns
+        -------
+        tuple[RoundReport, RosterGrid]
+            The round's report (``report.arrays`` is the new model when ``report.ok``) and the
+            grid restricted to the run's silos (for the round's evaluation).
+        """
+        st, ex = self.state, self.exchange
+        ex.poll()  # a restarted silo's refusal may come after its round closed
+        asked, rekeyed = self.membership.renew(r)
+        roster_grid = RosterGrid(self.grid, [st.node_of[i] for i in range(st.config.n)])
+        st.misconfigured.clear()
+        report = self.train_round(r, roster_grid, arrays, train_config)
+        reruns, discarded_trips = 0, 0
+        while (
+            reruns < MAX_RERUNS
+            and not report.ok
+            and (self._raise_weight_bound(r) or self._widen_clip_range(r))
+        ):
+            reruns += 1
+            discarded_trips += report.round_trips
+            report = self.train_round(r, roster_grid, arrays, train_config)
+        report.round_trips += discarded_trips  # refused or clipped attempts cost theirs
+        if not report.ok:
+            self._stop_if_hopeless(report)
+        report.rekeyed = rekeyed
+        report.round_trips += int(asked)
+        return report, roster_grid
 
     def _raise_weight_bound(self, r: int) -> bool:
         """After a round that more silos refused for the automatic weight bound than a round

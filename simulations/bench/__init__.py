@@ -11,6 +11,7 @@ BENCHMARKS = {
     "deploy": "simulations.bench.deploy",
     "hetero": "simulations.bench.hetero",
     "kernels": "simulations.bench.kernels",
+    "legacy": "simulations.bench.legacy",
     "placement": "simulations.bench.placement",
     "protocol": "simulations.bench.protocol",
     "rounds": "simulations.bench.rounds",

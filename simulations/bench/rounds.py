@@ -70,7 +70,7 @@ def _drop_mod(n: int):  # type: ignore[no-untyped-def]
 
     def mod(msg: Message, context: Context, call_next):  # type: ignore[no-untyped-def]
         site = int(context.node_config["partition-id"])
-        if site in dropped and "arrays" in msg.content:
+        if site in dropped and ("arrays" in msg.content or "fitins.parameters" in msg.content):
             raise RuntimeError("dropped (benchmark fault)")
         return call_next(msg, context)
 

@@ -2,4 +2,4 @@
 modules: both are packages named ``quickstart``, so collecting them (doctests) would import
 one under the other's name."""
 
-collect_ignore_glob = ["quickstart*/*"]
+collect_ignore_glob = ["quickstart*/*", "legacy_quickstart/*"]

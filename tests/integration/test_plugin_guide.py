@@ -17,10 +17,16 @@ ROOT = Path(__file__).resolve().parents[2]
 PROJECT = Path(__file__).with_name("quickstart")
 
 
-def guide_blocks() -> list[tuple[str, list[str], list[str]]]:
-    """(file, old lines, new lines) of every diff block of the guide's section."""
+def guide_blocks(subsection: str | None = None) -> list[tuple[str, list[str], list[str]]]:
+    """(file, old lines, new lines) of every diff block of the guide's section: the part before
+    its first subsection (the Message-API guide), or the subsection whose heading starts with
+    ``subsection``."""
     readme = (ROOT / "README.md").read_text()
     section = readme.split("## Plug into an existing Flower project", 1)[1].split("\n## ", 1)[0]
+    if subsection is None:
+        section = section.split("\n### ", 1)[0]
+    else:
+        section = section.split("\n### " + subsection, 1)[1].split("\n### ", 1)[0]
     blocks = []
     for path, body in re.findall(r"\*\*`([^`]+)`\*\*\n```diff\n(.*?)```", section, re.S):
         old, new = [], []
@@ -34,8 +40,9 @@ def guide_blocks() -> list[tuple[str, list[str], list[str]]]:
     return blocks
 
 
-def apply_guide(dst: Path) -> None:
-    for path, old, new in guide_blocks():
+def apply_guide(dst: Path, blocks: list[tuple[str, list[str], list[str]]] | None = None) -> None:
+    """Apply ``blocks`` (default: the Message-API guide) to the project copy at ``dst``."""
+    for path, old, new in guide_blocks() if blocks is None else blocks:
         target = dst / path
         text = target.read_text()
         before, after = "\n".join(old), "\n".join(new)

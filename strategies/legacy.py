@@ -1,0 +1,379 @@
+"""Coded secure aggregation for legacy Flower projects (``flwr.server.strategy``, NumPyClient).
+
+A thin adapter, not a second protocol: :class:`LegacyStrategy` presents a legacy strategy
+(FedAvg, FedProx, FedAdam, ... from ``flwr.server.strategy``) as a Message-API strategy, and
+``CodedSecAgg`` drives it with its one round driver. Two ways in, as for Flower's SecAgg+:
+
+``DefaultWorkflow`` with a ``LegacyContext`` (where ``SecAggPlusWorkflow`` plugs in)::
+
+    workflow = DefaultWorkflow(
+        fit_workflow=CodedSecAggWorkflow(num_stragglers=1, privacy_threshold=1)
+    )
+    workflow(grid, LegacyContext(context, config=ServerConfig(3), strategy=FedAvg()))
+
+``ServerApp(server_fn=...)``: the same workflow around the project's own ``server_fn``::
+
+    app = coded_server_app(server_fn, num_stragglers=1, privacy_threshold=1)
+
+Per round the workflow runs the coded round (first n - s uploads, never the stragglers) and the
+legacy strategy's ``aggregate_fit`` receives one ``FitRes``: the decoded weighted average with
+``num_examples`` = the sum's weight, so weighted averaging returns the exact average and
+server-side optimisers (FedAdam, FedYogi, FedAvgM) step from it. Initial parameters,
+centralized evaluation (``strategy.evaluate``) and federated evaluation stay Flower's
+``DefaultWorkflow`` steps. On the silos the same ``coded_secagg_mod`` runs (``ClientApp(
+client_fn=..., mods=[coded_secagg_mod])``); it reads the ``fitins.*``/``fitres.*`` records.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+from typing import Any, cast
+
+from flwr.app import (
+    Array,
+    ArrayRecord,
+    ConfigRecord,
+    Context,
+    Message,
+    MessageType,
+    MetricRecord,
+    RecordDict,
+)
+from flwr.common import Code, FitRes, Status
+from flwr.common.constant import SType
+from flwr.compat.common import recorddict_compat as compat
+from flwr.server import LegacyContext, ServerAppComponents
+from flwr.server import strategy as legacy
+from flwr.server.client_manager import SimpleClientManager
+from flwr.server.client_proxy import ClientProxy
+from flwr.server.compat.grid_client_proxy import GridClientProxy
+from flwr.server.workflow import DefaultWorkflow
+from flwr.server.workflow.constant import MAIN_CONFIGS_RECORD, MAIN_PARAMS_RECORD, Key
+from flwr.serverapp import Grid, ServerApp
+from flwr.serverapp.strategy import Strategy
+
+from coded_fl.errors import ConfigurationError, InputError
+from coded_fl.layout import npy_header
+from coded_fl.vocabulary import LEGACY_FIT_ARRAYS, LEGACY_FIT_CONFIG, LEGACY_WEIGHT_KEY
+
+from .coded_secagg import CodedSecAgg
+from .composable import chain_attr, check_composable
+from .driver import RoundDriver
+
+__all__ = ["CodedSecAggWorkflow", "LegacyStrategy", "coded_server_app"]
+
+LOG = logging.getLogger("flwr")
+
+
+def _manager(grid: Grid) -> SimpleClientManager:
+    """A client manager holding a proxy for every node of ``grid`` (the run's silos)."""
+    manager = SimpleClientManager()
+    for node in sorted(grid.get_node_ids()):
+        manager.register(GridClientProxy(node, grid, 0))
+    return manager
+
+
+def _scalars(record: Any) -> dict[str, Any]:
+    return {k: v for k, v in record.items() if isinstance(v, (int, float, str, bytes, bool))}
+
+
+class LegacyStrategy(Strategy):
+    """A legacy ``flwr.server.strategy`` strategy as a Message-API strategy.
+
+    Training messages carry the model and config under Flower's legacy names
+    (``fitins.parameters``, ``fitins.config``), so an unchanged ``NumPyClient`` app reads them;
+    ``aggregate_train`` hands the legacy ``aggregate_fit`` one ``FitRes`` per reply (under
+    ``CodedSecAgg``: one, the decoded average carrying the sum's weight).
+
+    Parameters
+    ----------
+    strategy
+        A ``flwr.server.strategy.Strategy`` whose aggregation works on a weighted average.
+
+    Raises
+    ------
+    NotComposableError
+        For a strategy that needs individual results (Krum, FedMedian, server-side clipping...).
+    ConfigurationError
+        For anything that is not a legacy strategy.
+    """
+
+    arrayrecord_key = LEGACY_FIT_ARRAYS
+    configrecord_key = LEGACY_FIT_CONFIG
+    weighted_by_key = LEGACY_WEIGHT_KEY
+
+    def __init__(self, strategy: legacy.Strategy) -> None:
+        check_composable(strategy)
+        if not isinstance(strategy, legacy.Strategy):
+            raise ConfigurationError(
+                "LegacyStrategy wraps a flwr.server.strategy.Strategy, got "
+                f"{type(strategy).__name__} (a Message-API strategy goes into CodedSecAgg as is)"
+            )
+        self.strategy = strategy
+        # the inner strategy's settings, also through wrappers (Flower's DP wrappers)
+        self.min_available_nodes = int(chain_attr(strategy, "min_available_clients", 2))
+        self.min_train_nodes = int(chain_attr(strategy, "min_fit_clients", 2))
+        self.fraction_train = float(chain_attr(strategy, "fraction_fit", 1.0))
+        self._proxies: dict[int, ClientProxy] = {}
+
+    def summary(self) -> None:
+        """Log the wrapped legacy strategy."""
+        LOG.info("\t└──> legacy strategy: %r", self.strategy)
+
+    def _proxy(self, node: int, grid: Grid | None = None) -> ClientProxy:
+        if node not in self._proxies:
+            self._proxies[node] = GridClientProxy(node, cast(Grid, grid), 0)
+        return self._proxies[node]
+
+    def configure_train(
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
+    ) -> Iterable[Message]:
+        params = compat.arrayrecord_to_parameters(arrays, keep_input=True)
+        out = []
+        for proxy, ins in self.strategy.configure_fit(server_round, params, _manager(grid)):
+            node = cast(GridClientProxy, proxy).node_id
+            self._proxies[node] = proxy
+            # the named, shaped arrays: their bytes are what a legacy client deserialises
+            fit_config = ConfigRecord({**_scalars(config), **ins.config})
+            content = RecordDict({LEGACY_FIT_ARRAYS: arrays, LEGACY_FIT_CONFIG: fit_config})
+            out.append(Message(content, dst_node_id=node, message_type=MessageType.TRAIN))
+        return out
+
+    def aggregate_train(
+        self, server_round: int, replies: Iterable[Message]
+    ) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        results: list[tuple[ClientProxy, FitRes]] = []
+        failures: list[tuple[ClientProxy, FitRes] | BaseException] = []
+        names: list[str] = []
+        for reply in replies:
+            if reply.has_error():
+                failures.append(Exception(reply.error.reason))
+                continue
+            arrays = reply.content.array_records[LEGACY_FIT_ARRAYS]
+            names = list(arrays.keys())
+            record = next(iter(reply.content.metric_records.values()), MetricRecord())
+            weight = float(record.get(LEGACY_WEIGHT_KEY, 1.0))  # type: ignore[arg-type]
+            metrics = {k: v for k, v in record.items() if k != LEGACY_WEIGHT_KEY}
+            res = FitRes(
+                status=Status(Code.OK, ""),
+                parameters=compat.arrayrecord_to_parameters(arrays, keep_input=True),
+                num_examples=max(1, round(weight)),
+                metrics=metrics,  # type: ignore[arg-type]
+            )
+            results.append((self._proxy(reply.metadata.src_node_id), res))
+        params, metrics_out = self.strategy.aggregate_fit(server_round, results, failures)
+        numbers = MetricRecord(_numbers(metrics_out))
+        if params is None:
+            return None, numbers
+        return _labelled(
+            params.tensors, names, who=f"{type(self.strategy).__name__}.aggregate_fit"
+        ), numbers
+
+    def configure_evaluate(
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
+    ) -> Iterable[Message]:
+        params = compat.arrayrecord_to_parameters(arrays, keep_input=True)
+        out = []
+        for proxy, ins in self.strategy.configure_evaluate(server_round, params, _manager(grid)):
+            node = cast(GridClientProxy, proxy).node_id
+            self._proxies[node] = proxy
+            content = compat.evaluateins_to_recorddict(ins, keep_input=True)
+            out.append(Message(content, dst_node_id=node, message_type=MessageType.EVALUATE))
+        return out
+
+    def aggregate_evaluate(
+        self, server_round: int, replies: Iterable[Message]
+    ) -> MetricRecord | None:
+        results: list[Any] = []
+        failures: list[Any] = []
+        for reply in replies:
+            if reply.has_error():
+                failures.append(Exception(reply.error.reason))
+                continue
+            res = compat.recorddict_to_evaluateres(reply.content)
+            target = results if res.status.code == Code.OK else failures
+            target.append((self._proxy(reply.metadata.src_node_id), res))
+        loss, metrics = self.strategy.aggregate_evaluate(server_round, results, failures)
+        if loss is None:
+            return None
+        return MetricRecord({"loss": float(loss), **_numbers(metrics)})
+
+
+def _numbers(metrics: dict[str, Any] | None) -> dict[str, int | float | list[int] | list[float]]:
+    return {
+        k: float(v)
+        for k, v in (metrics or {}).items()
+        if isinstance(v, (int, float)) and not isinstance(v, bool)
+    }
+
+
+def _labelled(tensors: list[bytes], names: list[str], *, who: str) -> ArrayRecord:
+    """Legacy ``Parameters`` tensors (``.npy`` bytes) as an ArrayRecord under ``names``, shape
+    and dtype read from the headers: the bytes are used as they are, not copied."""
+    if len(tensors) != len(names):
+        raise ConfigurationError(f"{who}: {len(tensors)} arrays for a model of {len(names)}")
+    out = ArrayRecord()
+    for name, data in zip(names, tensors, strict=True):
+        try:
+            shape, dtype = npy_header(data)
+        except InputError as exc:
+            raise ConfigurationError(f"{who}: parameters that are not NumPy: {exc}") from None
+        out[name] = Array(dtype=str(dtype), shape=shape, stype=SType.NUMPY, data=data)
+    return out
+
+
+def _named(record: ArrayRecord) -> ArrayRecord:
+    """The legacy model record (serialised NumPy arrays without shape or dtype metadata) as an
+    ArrayRecord of NumPy arrays; records already holding them are returned as they are."""
+    if all(arr.dtype for arr in record.values()):
+        return record
+    names = list(record.keys())
+    return _labelled([arr.data for arr in record.values()], names, who="the initial model")
+
+
+class CodedSecAggWorkflow:
+    """Fit workflow for Flower's ``DefaultWorkflow``: coded secure aggregation per round.
+
+    ``DefaultWorkflow(fit_workflow=CodedSecAggWorkflow(num_stragglers=1, privacy_threshold=1))``
+    replaces the default fit round (which waits for every client) by a coded round on the
+    ``LegacyContext``'s strategy, which must be a legacy ``flwr.server.strategy`` strategy that
+    averages. Keys are agreed in round 1; the global model in the context is replaced by the
+    strategy's aggregate of each completed round (a round that cannot complete keeps it).
+
+    Parameters
+    ----------
+    num_stragglers, privacy_threshold
+        s and T, as for :class:`CodedSecAgg`.
+    timeout
+        Caps every stage deadline of the run (seconds).
+    **settings
+        Any other :class:`CodedSecAgg` setting (``num_silos``, ``clip_range``, ``max_weight``,
+        ``metric_keys``, ``code``, ``round_timeout``, ...).
+
+    Raises
+    ------
+    ConfigurationError
+        Settings that no run can use (checked now), and at the first round a strategy that
+        needs individual results (:class:`strategies.composable.NotComposableError`).
+    """
+
+    def __init__(
+        self,
+        *,
+        num_stragglers: int,
+        privacy_threshold: int,
+        timeout: float = 3600.0,
+        **settings: Any,
+    ) -> None:
+        self.settings = dict(
+            num_stragglers=num_stragglers, privacy_threshold=privacy_threshold, **settings
+        )
+        self.timeout = float(timeout)
+        CodedSecAgg(LegacyStrategy(legacy.FedAvg()), **self.settings)  # settings checked now
+        self.coded: CodedSecAgg | None = None
+        self._driver: RoundDriver | None = None
+        self._context: Context | None = None
+
+    def __call__(self, grid: Grid, context: Context) -> None:
+        """Run one fit round (the round number is in the context, as Flower's workflows read
+        it).
+
+        Parameters
+        ----------
+        grid
+            The Flower grid.
+        context
+            The ``LegacyContext`` of ``DefaultWorkflow``: its strategy, global model (replaced
+            by the round's aggregate) and history.
+
+        Raises
+        ------
+        TypeError
+            If ``context`` is not a ``LegacyContext``.
+        """
+        if not isinstance(context, LegacyContext):
+            raise TypeError(f"Expect a LegacyContext, but get {type(context).__name__}.")
+        cfg = context.state.config_records[MAIN_CONFIGS_RECORD]
+        r = int(cast(int, cfg[Key.CURRENT_ROUND]))
+        arrays = _named(context.state.array_records[MAIN_PARAMS_RECORD])
+        if self._driver is None or self._context is not context or r == 1:
+            self.coded = CodedSecAgg(LegacyStrategy(context.strategy), **self.settings)
+            LOG.info("Starting %s (legacy workflow):", type(self.coded).__name__)
+            self.coded.summary()
+            self._driver = self.coded.prepare(grid, arrays, timeout=self.timeout)
+            self._context = context
+            self._driver.membership.key_exchange(before_round=r)
+        driver, st = self._driver, self._driver.state
+        report, _ = driver.fit_round(r, arrays, ConfigRecord())
+        if report.ok and report.arrays is not None:
+            context.state.array_records[MAIN_PARAMS_RECORD] = report.arrays
+            context.history.add_metrics_distributed_fit(
+                server_round=r,
+                metrics=dict(report.train_metrics or {}),  # type: ignore[arg-type]
+            )
+        report.errors.update(st.late_errors.pop(r, {}))
+        st.reports.append(report)
+        driver.settings.progress(report)
+        if r >= context.config.num_rounds:
+            driver.exchange.drain(min(30.0, driver.settings.round_timeout))
+
+
+def coded_server_app(
+    server_fn: Callable[[Context], ServerAppComponents],
+    *,
+    num_stragglers: int,
+    privacy_threshold: int,
+    **settings: Any,
+) -> ServerApp:
+    """``ServerApp(server_fn=server_fn)`` with coded secure aggregation in every fit round.
+
+    ::
+
+        app = coded_server_app(server_fn, num_stragglers=1, privacy_threshold=1)
+
+    ``server_fn`` is the project's own, unchanged: its ``ServerAppComponents`` give the legacy
+    strategy, the ``ServerConfig`` (rounds) and the client manager; the rounds run as
+    ``DefaultWorkflow(fit_workflow=CodedSecAggWorkflow(...))``.
+
+    Parameters
+    ----------
+    server_fn
+        The project's ``server_fn``.
+    num_stragglers, privacy_threshold, **settings
+        As for :class:`CodedSecAggWorkflow`.
+
+    Returns
+    -------
+    ServerApp
+
+    Raises
+    ------
+    ConfigurationError
+        When the app runs: ``server_fn`` returned a custom ``Server`` (its own round loop
+        cannot be driven), or the strategy cannot compose.
+    """
+    workflow_settings = dict(
+        num_stragglers=num_stragglers, privacy_threshold=privacy_threshold, **settings
+    )
+    CodedSecAggWorkflow(**workflow_settings)  # settings checked when the app is made
+    app = ServerApp()
+
+    @app.main()
+    def main(grid: Grid, context: Context) -> None:
+        components = server_fn(context)
+        if components.server is not None:
+            raise ConfigurationError(
+                "server_fn returned a custom Server, whose own round loop waits for every "
+                "client: return ServerAppComponents(strategy=..., config=...) instead"
+            )
+        legacy_context = LegacyContext(
+            context=context,
+            config=components.config,
+            strategy=components.strategy,
+            client_manager=components.client_manager,
+        )
+        fit = CodedSecAggWorkflow(**workflow_settings)
+        DefaultWorkflow(fit_workflow=fit)(grid, legacy_context)
+
+    return app

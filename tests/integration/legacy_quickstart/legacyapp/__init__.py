@@ -1,0 +1,1 @@
+"""legacyapp: a Flower / PyTorch app in the legacy style."""

