@@ -123,8 +123,16 @@ def test_cost_model_sizes_match_the_codec_and_fit_is_sane() -> None:
     points = [measure_step_costs(n, s, 64, rounds=1) for n, s in ((4, 1), (5, 1), (6, 2))]
     model = fit_costs(points)
     for p in points:
-        for what in ("train_request", "upload", "recovery_request", "recovery_reply"):
-            assert model.bytes(what, n=p.n, s=p.s, d=p.d) == getattr(p, f"{what}_bytes")
+        for what in (
+            "train_request",
+            "upload",
+            "recovery_request",
+            "recovery_request_mean",
+            "recovery_reply",
+        ):
+            assert model.bytes(what, n=p.n, s=p.s, d=p.d) == pytest.approx(
+                getattr(p, f"{what}_bytes")
+            )
         assert model.seconds("client_upload", n=p.n, s=p.s, d=p.d) >= 0
     with pytest.raises(ValueError):
         model.bytes("nonsense", n=4, s=1, d=64)
