@@ -43,7 +43,7 @@ from simulations.stragglers.costs import (
     measure_step_costs,
     privacy_for,
 )
-from simulations.stragglers.des import Network, StepSeconds, simulate
+from simulations.stragglers.des import CODED_STEPS, Network, StepSeconds, simulate
 from simulations.stragglers.model import SiloTimes, silo_times
 
 MEAN_SILO_SECONDS = 10.0
@@ -321,17 +321,7 @@ def _fixed_profile(report: Report, model: Any, net: Network, *, ns: tuple[int, .
                 d=D_MODEL,
                 fixed_seconds=whole,
                 parts=parts,
-                step_seconds={
-                    k: getattr(steps, k)
-                    for k in (
-                        "client_upload",
-                        "server_upload",
-                        "server_close",
-                        "client_recovery",
-                        "server_recovery",
-                        "server_finish",
-                    )
-                },
+                step_seconds={k: getattr(steps, k) for k in CODED_STEPS},
                 bytes={
                     k: getattr(steps, k)
                     for k in ("upload_bytes", "recovery_request_mean_bytes", "recovery_reply_bytes")

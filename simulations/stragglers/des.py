@@ -35,7 +35,18 @@ import numpy as np
 from simulations.stragglers.costs import CostModel, privacy_for
 from simulations.stragglers.model import SiloTimes
 
-__all__ = ["Network", "RoundTimes", "StepSeconds", "simulate"]
+__all__ = ["CODED_STEPS", "PLAIN_STEPS", "Network", "RoundTimes", "StepSeconds", "simulate"]
+
+#: the coded round's compute steps (seconds in :class:`StepSeconds`), then plain FedAvg's
+CODED_STEPS = (
+    "client_upload",
+    "server_upload",
+    "server_close",
+    "client_recovery",
+    "server_recovery",
+    "server_finish",
+)
+PLAIN_STEPS = ("plain_client", "plain_server")
 
 
 @dataclass(frozen=True)
@@ -76,19 +87,7 @@ class StepSeconds:
 
     @classmethod
     def from_model(cls, model: CostModel, *, n: int, s: int, d: int) -> StepSeconds:
-        steps = {
-            k: model.seconds(k, n=n, s=s, d=d)
-            for k in (
-                "client_upload",
-                "server_upload",
-                "server_close",
-                "client_recovery",
-                "server_recovery",
-                "server_finish",
-                "plain_client",
-                "plain_server",
-            )
-        }
+        steps = {k: model.seconds(k, n=n, s=s, d=d) for k in (*CODED_STEPS, *PLAIN_STEPS)}
         sizes = {
             f"{k}_bytes": model.bytes(k, n=n, s=s, d=d)
             for k in (
