@@ -34,6 +34,7 @@ from coded_fl.crypto import SEAL_OVERHEAD
 from coded_fl.secagg import ProtocolConfig, RoundResult
 from coded_fl.secagg.client import ClientMachine
 from coded_fl.secagg.messages import decode, encode
+from coded_fl.secagg.policy import ClientPolicy
 from coded_fl.secagg.server import ServerMachine
 from simulations.runtime.secagg_harness import deterministic_entropy, gaussian_partials
 
@@ -86,7 +87,11 @@ def measure_step_costs(n: int, s: int, d: int, *, rounds: int = 2, seed: int = 0
     )
     partials = gaussian_partials(d, seed=seed)
     server = ServerMachine(cfg)
-    clients = {i: ClientMachine(entropy=deterministic_entropy(seed * 997 + i)) for i in range(n)}
+    policy = ClientPolicy(max_silos=max(n, ClientPolicy().max_silos))  # the n^2 anchors
+    clients = {
+        i: ClientMachine(entropy=deterministic_entropy(seed * 997 + i), policy=policy)
+        for i in range(n)
+    }
     for req in server.start_key_exchange():
         server.receive(decode(encode(clients[req.recipient].on_key_request(decode(encode(req))))))
     server.close_key_exchange()
