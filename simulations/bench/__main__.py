@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import inspect
 import sys
 import time
 
@@ -21,6 +22,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--quick", action="store_true", help="small sizes, under 2 minutes on 2 cores (CI)"
     )
+    parser.add_argument(
+        "--parts",
+        help="comma-separated parts to run, for benchmarks that have parts (stragglers: "
+        "costs,des,flower; default all)",
+    )
     args = parser.parse_args(argv)
     names = sorted(BENCHMARKS) if args.name == "all" else [args.name]
     failed = []
@@ -29,8 +35,13 @@ def main(argv: list[str] | None = None) -> int:
         out = args.out if len(names) == 1 else (f"{args.out}/{name}.json" if args.out else None)
         report = Report(name=name, quick=args.quick, out=out)
         module = importlib.import_module(BENCHMARKS[name])
+        extra = {}
+        if args.parts is not None:
+            if "parts" not in inspect.signature(module.run).parameters:
+                parser.error(f"benchmark {name!r} has no parts: leave out --parts")
+            extra["parts"] = args.parts
         try:
-            module.run(report, quick=args.quick)
+            module.run(report, quick=args.quick, **extra)
         except Exception as exc:  # report which benchmark broke, keep the others going
             print(f"[{name}] FAILED: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
             failed.append(name)

@@ -1,6 +1,8 @@
 """Straggler benchmark: per-round latency of waiting for all n vs the fastest n - s.
 
-Run: ``python -m simulations.bench stragglers --out FILE.json [--quick]``.
+Run: ``python -m simulations.bench stragglers --out FILE.json [--quick] [--parts costs,des]``
+(``--parts``: a subset of costs, des, flower; the default runs all three, the Flower part takes
+the longest).
 
 Silo times are i.i.d. Exp(mu) (and a heavy tail: 5 % of the silos 5-10x slower), against the
 order-statistic theory of seed 003: E[T_all] = H_n/mu, E[T_coded] = (H_n - H_s)/mu
@@ -12,7 +14,11 @@ order-statistic theory of seed 003: E[T_all] = H_n/mu, E[T_coded] = (H_n - H_s)/
    draws, n up to 1000, d = 1e6, mean silo time 10 s, 1 Gbit/s silos and a 10 Gbit/s server,
    thousands of rounds per point; measured speedup against theory. Also: the mean silo time
    swept at n = 100 (where fixed costs start to matter) and the compute redundancy of gradient
-   coding when the silo time is all compute (each silo trains s + 1 partitions).
+   coding when the silo time is all compute (each silo trains s + 1 partitions). The coded
+   *fixed cost* (time beyond the (n-s)-th silo, defined in :func:`_des`) is reported per
+   (n, s) and judged: at most 0.5 s at n = 100, at most linear growth to n = 1000, and the
+   straggler part (round time minus the calibrated fixed cost) within 10 % of theory at every
+   n <= 100 and s; a profile says what each part of the round adds to it at n = 100 and 1000.
 3. Real Flower simulation (:mod:`simulations.stragglers.flower`, a child process): injected
    Exp(mu) sleeps, n up to 50, plain FedAvg (Message API, waits for all) and coded-fl in the same
    run over the same draws. Reported per (n, s) (:func:`flower_rows`): the raw speedup (mean
@@ -22,6 +28,9 @@ order-statistic theory of seed 003: E[T_all] = H_n/mu, E[T_coded] = (H_n - H_s)/
    (the draws' own order statistics as a control variate), the theory with and without the
    fixed costs, and that coded-fl closes right after the (n-s)-th silo instead of waiting.
    The 20 % goal is judged on the corrected straggler-dependent part against the theory.
+
+Length: about 500 lines, the three parts of one benchmark with their goals; they share the
+grid (:func:`s_grid`), the cost model and the report, and each is short on its own.
 """
 
 from __future__ import annotations
@@ -29,6 +38,7 @@ from __future__ import annotations
 import json
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +52,7 @@ from simulations.stragglers.costs import (
     measure_step_costs,
     privacy_for,
 )
-from simulations.stragglers.des import Network, StepSeconds, simulate
+from simulations.stragglers.des import CODED_STEPS, Network, StepSeconds, simulate
 from simulations.stragglers.model import SiloTimes, silo_times
 
 MEAN_SILO_SECONDS = 10.0
@@ -66,6 +76,9 @@ def _costs(report: Report, quick: bool) -> Any:
             for d in (100_000, 1_000_000)
             if not (n == 80 and d == 1_000_000 and s == 20)
         ]
+        # anchors for the n^2 steps (close_collection builds n - s requests of n - s entries)
+        # before the virtual clock extrapolates them to n = 1000: small d, large n
+        grid += [(200, 20, 10_000), (400, 40, 10_000)]
     points = []
     for i, (n, s, d) in enumerate(grid, 1):
         t0 = time.perf_counter()
@@ -82,29 +95,69 @@ def _costs(report: Report, quick: bool) -> Any:
     bad = [
         (p.n, p.s, p.d, w)
         for p in points
-        for w in ("train_request", "upload", "recovery_request", "recovery_reply")
-        if model.bytes(w, n=p.n, s=p.s, d=p.d) != getattr(p, f"{w}_bytes")
+        for w in (
+            "train_request",
+            "upload",
+            "recovery_request",
+            "recovery_request_mean",
+            "recovery_reply",
+        )
+        if abs(model.bytes(w, n=p.n, s=p.s, d=p.d) - getattr(p, f"{w}_bytes")) > 1e-6
     ]
     if bad:
         raise RuntimeError(f"message-size formulas disagree with the codec at {bad[:3]}")
     return model
 
 
+#: s as a fraction of n (None: s = 1), to compare the fixed cost across n
+S_FRACTIONS: tuple[float | None, ...] = (None, 0.05, 0.1, 0.2, 0.5)
+
+
+def _s_of(n: int, frac: float | None) -> int:
+    return 1 if frac is None else round(frac * n)
+
+
 def _des(report: Report, model: Any, quick: bool) -> None:
+    """Virtual clock: speedups, fixed costs and the straggler part per (tail, n, s).
+
+    The *fixed cost* of a coded round is its time beyond waiting for the (n-s)-th silo: the
+    mean over rounds of (round time - X_(n-s)), X_(n-s) the (n-s)-th smallest silo time of the
+    round. It is everything but the wait: the model's download (one copy after another on the
+    server's link), the silo's upload step (quantise, encode s + 1 partitions, mask, derive
+    and seal the mask shares), the upload transfers and the server's per-upload checks (FIFO,
+    the ones after the (n-s)-th upload's arrival are on the path), ``close_collection``, the
+    n - s recovery requests with their relayed sealed shares on the server's link, the
+    survivors' share sums, their replies and the server's checks of them, and ``finish``
+    (unmask and decode). Plain FedAvg's fixed cost is the same beyond X_(n) (download,
+    serialise, transfer, parse and add). Both are measured on calibration rounds (their own
+    draws), and the *straggler part* of a scheme is its mean round time over the measured
+    rounds minus that fixed cost: the goal compares the straggler-part speedup with the
+    order-statistic theory (a fixed cost that depended on the draws would show there).
+    """
     ns = (10, 20, 50, 100) if quick else (10, 20, 50, 100, 200, 500, 1000)
     rounds = 300 if quick else 3000
     net = Network()
     rng = np.random.default_rng(2024)
     mu = 1.0 / MEAN_SILO_SECONDS
     worst: dict[str, float] = {}
+    worst_wait: dict[str, float] = {}
+    fixed: dict[tuple[str, int, int], float] = {}
     for kind in ("iid", "heavy"):
         for n in ns:
             times = silo_times(kind, n, mu=mu, seed=1)
             for s in s_grid(n):
                 steps = StepSeconds.from_model(model, n=n, s=s, d=D_MODEL)
                 rt = simulate(times, s, steps=steps, net=net, rounds=rounds, rng=rng)
+                cal = simulate(times, s, steps=steps, net=net, rounds=rounds, rng=rng)
+                fixed_c = float((cal.coded - cal.wait_coded).mean())
+                fixed_p = float((cal.plain - cal.wait_all).mean())
+                fixed[kind, n, s] = fixed_c
                 theory = times.theoretical_speedup(s)
                 err = rt.speedup / theory - 1
+                wait_speedup = (float(rt.plain.mean()) - fixed_p) / (
+                    float(rt.coded.mean()) - fixed_c
+                )
+                wait_err = wait_speedup / theory - 1
                 report.add(
                     kind="des",
                     model=kind,
@@ -125,9 +178,15 @@ def _des(report: Report, model: Any, quick: bool) -> None:
                     relative_error=err,
                     fixed_costs_coded=float((rt.coded - rt.wait_coded).mean()),
                     fixed_costs_plain=float((rt.plain - rt.wait_all).mean()),
+                    calibrated_fixed_coded=fixed_c,
+                    calibrated_fixed_plain=fixed_p,
+                    straggler_part_speedup=wait_speedup,
+                    straggler_part_error=wait_err,
                 )
                 if 20 <= n <= 100:
                     worst[kind] = max(worst.get(kind, 0.0), abs(err))
+                if n <= 100:
+                    worst_wait[kind] = max(worst_wait.get(kind, 0.0), abs(wait_err))
     for kind, label in (("iid", "i.i.d. Exp"), ("heavy", "heavy tail")):
         if kind in worst:
             report.goal(
@@ -137,6 +196,19 @@ def _des(report: Report, model: Any, quick: bool) -> None:
                 0.10,
                 applies=not quick,
             )
+    for kind, label in (("iid", "i.i.d. Exp"), ("heavy", "heavy tail")):
+        if kind in worst_wait:
+            at100 = max(v for (k, n, _), v in fixed.items() if k == kind and n == 100)
+            report.goal(
+                f"virtual clock, {label}: max |straggler-part speedup (round time minus the "
+                f"calibrated fixed cost) / theory - 1| over n <= 100, every s (fixed cost "
+                f"beside it: up to {at100:.3g} s per coded round at n = 100)",
+                worst_wait[kind],
+                0.10,
+                applies=not quick,
+            )
+    _fixed_goals(report, fixed, quick)
+    _fixed_profile(report, model, net, ns=(100, 1000) if not quick else (20, 100))
     # where fixed costs start to matter: the mean silo time swept at n = 100
     for mean in (0.1, 1.0, 10.0, 100.0):
         times = SiloTimes.iid(100, mu=1.0 / mean)
@@ -169,6 +241,106 @@ def _des(report: Report, model: Any, quick: bool) -> None:
                 mean_silo_seconds=MEAN_SILO_SECONDS,
                 theory_speedup=h,
                 measured_speedup=rt.speedup,
+            )
+
+
+def _fixed_goals(report: Report, fixed: dict[tuple[str, int, int], float], quick: bool) -> None:
+    """The fixed cost at n = 100 and its growth to n = 1000 (both tails, s a fraction of n)."""
+    small, large = (20, 100) if quick else (100, 1000)
+    at = [v for (_, n, _), v in fixed.items() if n == small]
+    if not at:
+        return
+    report.goal(
+        f"virtual clock: coded fixed cost per round at n = {small}, every s and tail (d = 1e6, "
+        f"mean silo time {MEAN_SILO_SECONDS:g} s), seconds",
+        max(at),
+        0.5,
+        applies=not quick,
+    )
+    ratios = []
+    for kind in ("iid", "heavy"):
+        for frac in S_FRACTIONS:
+            series = {n: v for (k, n, s), v in fixed.items() if k == kind and s == _s_of(n, frac)}
+            if small not in series or large not in series:
+                continue
+            ns = sorted(n for n in series if n >= small)
+            slope = float(np.polyfit(np.log(ns), np.log([series[n] for n in ns]), 1)[0])
+            ratio = series[large] / series[small]
+            ratios.append(ratio)
+            report.add(
+                kind="des_fixed_growth",
+                model=kind,
+                s_fraction=frac if frac is not None else "s = 1",
+                ns=ns,
+                fixed_seconds=[series[n] for n in ns],
+                ratio=ratio,
+                exponent=slope,
+            )
+    if ratios:
+        report.goal(
+            f"virtual clock: coded fixed cost at n = {large} / at n = {small}, worst s (as a "
+            f"fraction of n) and tail: at most linear growth",
+            max(ratios),
+            large / small,
+            applies=not quick,
+        )
+
+
+#: the parts of a coded round's fixed cost, each removed in turn (:func:`_fixed_profile`)
+_PARTS: dict[str, dict[str, Any]] = {
+    "model download": {"model_bytes": 0},
+    "silo upload step": {"client_upload": 0.0},
+    "upload transfer": {"upload_bytes": 0},
+    "server upload checks": {"server_upload": 0.0},
+    "close_collection": {"server_close": 0.0},
+    "recovery requests (relayed shares)": {
+        "recovery_request_bytes": 0,
+        "recovery_request_mean_bytes": 0.0,
+    },
+    "survivor share sums": {"client_recovery": 0.0},
+    "replies and their checks": {"recovery_reply_bytes": 0, "server_recovery": 0.0},
+    "finish (unmask, decode)": {"server_finish": 0.0},
+}
+
+
+def _fixed_profile(report: Report, model: Any, net: Network, *, ns: tuple[int, ...]) -> None:
+    """What each part adds to the coded fixed cost: the fixed cost with the part removed
+    (same draws), subtracted from the whole; the parts overlap a little, so they need not add
+    up exactly."""
+    mu = 1.0 / MEAN_SILO_SECONDS
+    for n in ns:
+        times = SiloTimes.iid(n, mu=mu)
+        for s in s_grid(n):
+            steps = StepSeconds.from_model(model, n=n, s=s, d=D_MODEL)
+
+            def fixed_of(
+                st: StepSeconds, nw: Network = net, s: int = s, times: SiloTimes = times
+            ) -> float:
+                rng = np.random.default_rng(7)  # the same draws for every variant
+                rt = simulate(times, s, steps=st, net=nw, rounds=500, rng=rng)
+                return float((rt.coded - rt.wait_coded).mean())
+
+            whole = fixed_of(steps)
+            parts = {k: whole - fixed_of(replace(steps, **v)) for k, v in _PARTS.items()}
+            parts["latency"] = whole - fixed_of(steps, replace(net, latency=0.0))
+            report.add(
+                kind="des_fixed_profile",
+                n=n,
+                s=s,
+                d=D_MODEL,
+                fixed_seconds=whole,
+                parts=parts,
+                step_seconds={k: getattr(steps, k) for k in CODED_STEPS},
+                bytes={
+                    k: getattr(steps, k)
+                    for k in ("upload_bytes", "recovery_request_mean_bytes", "recovery_reply_bytes")
+                },
+            )
+            top = sorted(parts.items(), key=lambda kv: -kv[1])[:3]
+            print(
+                f"[stragglers] fixed cost n={n} s={s}: {whole:.3f} s; largest parts: "
+                + ", ".join(f"{k} {v:.3f} s" for k, v in top),
+                flush=True,
             )
 
 
@@ -308,7 +480,18 @@ def _flower(report: Report, quick: bool) -> None:
             )
 
 
-def run(report: Report, *, quick: bool) -> None:
+PARTS = ("costs", "des", "flower")
+
+
+def run(report: Report, *, quick: bool, parts: str | None = None) -> None:
+    """Run the benchmark; ``parts``: a comma-separated subset of costs, des, flower (default
+    all; des needs costs)."""
+    chosen = PARTS if parts is None else tuple(p.strip() for p in parts.split(",") if p.strip())
+    unknown = [p for p in chosen if p not in PARTS]
+    if unknown or not chosen:
+        raise ValueError(f"unknown parts {unknown}: choose from {', '.join(PARTS)}")
+    if "des" in chosen and "costs" not in chosen:
+        raise ValueError("the des part needs the costs part: pass --parts costs,des")
     torch.set_num_threads(1)
     report.config = {
         "mean_silo_seconds_des": MEAN_SILO_SECONDS,
@@ -317,6 +500,10 @@ def run(report: Report, *, quick: bool) -> None:
         "heavy_tail": "max(1, round(0.05 n)) silos, mean time 5-10x (spread evenly)",
         "privacy_threshold": "T = max(1, min(s, (n - s) // 2)), U = n - s",
     }
-    model = _costs(report, quick)
-    _des(report, model, quick)
-    _flower(report, quick)
+    report.config["parts"] = list(chosen)
+    if "costs" in chosen:
+        model = _costs(report, quick)
+        if "des" in chosen:
+            _des(report, model, quick)
+    if "flower" in chosen:
+        _flower(report, quick)

@@ -34,6 +34,7 @@ from coded_fl.crypto import SEAL_OVERHEAD
 from coded_fl.secagg import ProtocolConfig, RoundResult
 from coded_fl.secagg.client import ClientMachine
 from coded_fl.secagg.messages import decode, encode
+from coded_fl.secagg.policy import ClientPolicy
 from coded_fl.secagg.server import ServerMachine
 from simulations.runtime.secagg_harness import deterministic_entropy, gaussian_partials
 
@@ -63,7 +64,8 @@ class StepCosts:
     server_finish: float
     train_request_bytes: int
     upload_bytes: int
-    recovery_request_bytes: int
+    recovery_request_bytes: int  # the request to silo 0
+    recovery_request_mean_bytes: float  # mean over the n - s requests (what the server sends)
     recovery_reply_bytes: int
     plain_client: float
     plain_server: float  # per upload: parse + add
@@ -85,7 +87,11 @@ def measure_step_costs(n: int, s: int, d: int, *, rounds: int = 2, seed: int = 0
     )
     partials = gaussian_partials(d, seed=seed)
     server = ServerMachine(cfg)
-    clients = {i: ClientMachine(entropy=deterministic_entropy(seed * 997 + i)) for i in range(n)}
+    policy = ClientPolicy(max_silos=max(n, ClientPolicy().max_silos))  # the n^2 anchors
+    clients = {
+        i: ClientMachine(entropy=deterministic_entropy(seed * 997 + i), policy=policy)
+        for i in range(n)
+    }
     for req in server.start_key_exchange():
         server.receive(decode(encode(clients[req.recipient].on_key_request(decode(encode(req))))))
     server.close_key_exchange()
@@ -120,6 +126,7 @@ def measure_step_costs(n: int, s: int, d: int, *, rounds: int = 2, seed: int = 0
         if keep:
             note("server_close", sec)
         sizes["recovery_request_bytes"] = len(encode(out[0]))
+        sizes["recovery_request_mean_bytes"] = statistics.fmean(len(encode(q)) for q in out)
         replies = []
         for req in out:
             c = clients[req.recipient]
@@ -205,29 +212,35 @@ class CostModel:
             c * _work(f, n=n, s=s, T=T, U=U, d=d, m=m) for f, c in self.coefficients[step].items()
         )
 
-    def bytes(self, what: str, *, n: int, s: int, d: int) -> int:
+    def bytes(self, what: str, *, n: int, s: int, d: int) -> float:
         """Wire sizes: the codec's layout (:mod:`coded_fl.secagg.messages`; 29-byte header,
         sealed shares of 4m + SEAL_OVERHEAD bytes: a 12-byte nonce and a 16-byte tag; the U
         shares of a silo's derived set are not sent, an 8-byte confirmation tag each is); the
-        benchmark checks them against measured sizes. The recovery request is the one to the
-        first survivor (silo 0) when the last s silos straggle, as measured."""
+        benchmark checks them against measured sizes. ``recovery_request`` is the one to the
+        first survivor (silo 0) when the last s silos straggle, as measured;
+        ``recovery_request_mean`` the mean over the n - s requests (silo 0 gets the most
+        relayed shares, so the server's n - s requests add up to k times the mean, not k times
+        silo 0's)."""
         T = privacy_for(n, s)
         U = k = n - s
         m = math.ceil(d / (U - T))
-        # survivors i in 0..k-1 whose derived set (the U silos from i on, cyclically) holds
-        # silo 0: i = 0 and i > n - U
-        derived_for_0 = 1 + max(0, k - 1 - (n - U))
+        box = SEAL_OVERHEAD + 4 * m
+        # survivor i's derived set is the U silos from i on, cyclically; with the survivors
+        # 0..k-1 (the last s straggle) j gets i's share sealed and relayed iff 0 < i - j <= s:
+        # min(s, k - 1 - j) relayed shares, the other k - that tokens (context and tag: 24)
+        relayed = [min(s, k - 1 - j) for j in range(k)]
+
+        def request(r: int) -> int:
+            # per survivor: index and weight (12), public key (36), two lengths (8)
+            return 37 + 52 * k + (k - r) * 24 + r * box
+
         sizes = {
             "train_request": 33 + 40 * n,
             # masked vector, context (4 + 16), per tag: recipient, length, 8 bytes (16), per
             # sealed share: recipient and length (8)
-            "upload": 61 + 4 * d + 16 * U + (n - U) * (8 + SEAL_OVERHEAD + 4 * m),
-            # per survivor: index and weight (12), public key (36), two lengths (8), then the
-            # share sealed to the silo or the derived share's token (context and tag: 24)
-            "recovery_request": 37
-            + 52 * k
-            + derived_for_0 * 24
-            + (k - derived_for_0) * (SEAL_OVERHEAD + 4 * m),
+            "upload": 61 + 4 * d + 16 * U + (n - U) * (8 + box),
+            "recovery_request": request(relayed[0]),
+            "recovery_request_mean": sum(request(r) for r in relayed) / k,
             "recovery_reply": 37 + 4 * m,
             "plain_upload": 4 * d,
         }

@@ -14,9 +14,9 @@ coded-fl (closes at the (n-s)-th upload)::
     model download -> X_i -> quantize/encode/mask/share (client_upload) -> upload
     -> server checks each upload in arrival order (server_upload, one at a time)
     -> at the (n-s)-th: close_collection (server_close), n-s recovery requests sent one after
-       another on the server's link -> each survivor opens its shares (client_recovery) and
-       replies -> the server takes the replies in order (server_recovery) -> after U of them,
-       finish (server_finish)
+       another on the server's link (their mean size) -> each survivor opens its shares
+       (client_recovery) and replies -> the server takes the replies in order
+       (server_recovery) -> after U of them, finish (server_finish)
 
 Network: one-way ``latency``; every silo link has ``silo_bandwidth``; the server's link
 (``server_bandwidth``) is shared, so messages through it queue (FIFO). The download of the model
@@ -35,7 +35,18 @@ import numpy as np
 from simulations.stragglers.costs import CostModel, privacy_for
 from simulations.stragglers.model import SiloTimes
 
-__all__ = ["Network", "RoundTimes", "StepSeconds", "simulate"]
+__all__ = ["CODED_STEPS", "PLAIN_STEPS", "Network", "RoundTimes", "StepSeconds", "simulate"]
+
+#: the coded round's compute steps (seconds in :class:`StepSeconds`), then plain FedAvg's
+CODED_STEPS = (
+    "client_upload",
+    "server_upload",
+    "server_close",
+    "client_recovery",
+    "server_recovery",
+    "server_finish",
+)
+PLAIN_STEPS = ("plain_client", "plain_server")
 
 
 @dataclass(frozen=True)
@@ -65,7 +76,8 @@ class StepSeconds:
     plain_server: float = 0.0
     model_bytes: int = 0
     upload_bytes: int = 0
-    recovery_request_bytes: int = 0
+    recovery_request_bytes: int = 0  # the largest (to silo 0): on that silo's link
+    recovery_request_mean_bytes: float = 0.0  # mean: on the server's link (0: the largest)
     recovery_reply_bytes: int = 0
     plain_upload_bytes: int = 0
 
@@ -75,22 +87,16 @@ class StepSeconds:
 
     @classmethod
     def from_model(cls, model: CostModel, *, n: int, s: int, d: int) -> StepSeconds:
-        steps = {
-            k: model.seconds(k, n=n, s=s, d=d)
-            for k in (
-                "client_upload",
-                "server_upload",
-                "server_close",
-                "client_recovery",
-                "server_recovery",
-                "server_finish",
-                "plain_client",
-                "plain_server",
-            )
-        }
+        steps = {k: model.seconds(k, n=n, s=s, d=d) for k in (*CODED_STEPS, *PLAIN_STEPS)}
         sizes = {
             f"{k}_bytes": model.bytes(k, n=n, s=s, d=d)
-            for k in ("upload", "recovery_request", "recovery_reply", "plain_upload")
+            for k in (
+                "upload",
+                "recovery_request",
+                "recovery_request_mean",
+                "recovery_reply",
+                "plain_upload",
+            )
         }
         return cls(**steps, model_bytes=4 * d, **sizes)
 
@@ -166,7 +172,11 @@ def simulate(
     arrive = np.sort(start + Xc + up, axis=1)
     svc = _transfer(steps.upload_bytes, net.server_bandwidth) + steps.server_upload
     close = _fifo(arrive[:, : n - s], svc)[:, -1]
-    req = _transfer(steps.recovery_request_bytes, net.server_bandwidth)
+    # the n - s requests leave one after another: what they add up to is (n - s) times the
+    # mean size (silo 0's, the largest, when no mean is given)
+    req = _transfer(
+        steps.recovery_request_mean_bytes or steps.recovery_request_bytes, net.server_bandwidth
+    )
     sent = close[:, None] + steps.server_close + req * np.arange(1, n - s + 1)
     back = (
         sent

@@ -123,8 +123,41 @@ def test_cost_model_sizes_match_the_codec_and_fit_is_sane() -> None:
     points = [measure_step_costs(n, s, 64, rounds=1) for n, s in ((4, 1), (5, 1), (6, 2))]
     model = fit_costs(points)
     for p in points:
-        for what in ("train_request", "upload", "recovery_request", "recovery_reply"):
-            assert model.bytes(what, n=p.n, s=p.s, d=p.d) == getattr(p, f"{what}_bytes")
+        for what in (
+            "train_request",
+            "upload",
+            "recovery_request",
+            "recovery_request_mean",
+            "recovery_reply",
+        ):
+            assert model.bytes(what, n=p.n, s=p.s, d=p.d) == pytest.approx(
+                getattr(p, f"{what}_bytes")
+            )
         assert model.seconds("client_upload", n=p.n, s=p.s, d=p.d) >= 0
     with pytest.raises(ValueError):
         model.bytes("nonsense", n=4, s=1, d=64)
+
+
+def test_bench_parts_are_validated_before_any_work() -> None:
+    from simulations.bench.common import Report
+    from simulations.bench.stragglers import run
+
+    report = Report(name="stragglers", quick=True)
+    with pytest.raises(ValueError, match="unknown parts"):
+        run(report, quick=True, parts="costs,nonsense")
+    with pytest.raises(ValueError, match="needs the costs part"):
+        run(report, quick=True, parts="des")
+    assert report.rows == [] and report.goals == []
+
+
+def test_mean_recovery_request_counts_the_relayed_shares_of_every_survivor() -> None:
+    # n = 6, s = 2: survivors 0..3, derived sets of U = 4 cyclically; survivor j gets the
+    # shares of the survivors i with 0 < i - j <= s relayed: 2, 2, 1, 0 of them
+    points = [measure_step_costs(6, 2, 64, rounds=1)]
+    model = fit_costs(points)
+    k, m = 4, points[0].m
+    box = 28 + 4 * m
+    expect = sum(37 + 52 * k + (k - r) * 24 + r * box for r in (2, 2, 1, 0)) / k
+    assert model.bytes("recovery_request_mean", n=6, s=2, d=64) == pytest.approx(expect)
+    assert points[0].recovery_request_mean_bytes == pytest.approx(expect)
+    assert model.bytes("recovery_request", n=6, s=2, d=64) > expect
