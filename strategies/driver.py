@@ -177,7 +177,7 @@ class RoundDriver:
         roster_grid = RosterGrid(self.grid, [st.node_of[i] for i in range(st.config.n)])
         st.misconfigured.clear()
         report = self.train_round(r, roster_grid, arrays, train_config)
-        reruns, discarded_trips = 0, 0
+        reruns, discarded_trips, discarded_seconds = 0, 0, 0.0
         while (
             reruns < MAX_RERUNS
             and not report.ok
@@ -185,8 +185,13 @@ class RoundDriver:
         ):
             reruns += 1
             discarded_trips += report.round_trips
+            discarded_seconds += report.seconds
             report = self.train_round(r, roster_grid, arrays, train_config)
-        report.round_trips += discarded_trips  # refused or clipped attempts cost theirs
+        # refused or clipped attempts cost their round trips and their time: the round's
+        # figures count from its first attempt
+        report.round_trips += discarded_trips
+        report.seconds += discarded_seconds
+        report.close_seconds += discarded_seconds
         if not report.ok:
             self._stop_if_hopeless(report)
         report.rekeyed = rekeyed

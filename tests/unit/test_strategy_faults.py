@@ -9,6 +9,7 @@ Flower adapters and the protocol machines are exercised end to end without Flowe
 from __future__ import annotations
 
 import itertools
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -447,6 +448,19 @@ def test_a_round_that_clips_is_rerun_with_a_wider_range_and_matches_fedavg_exact
     step = 16.0 / 2.0**14  # the quantization step at g = 16 bounds the error (loosely)
     np.testing.assert_allclose(final["w"].numpy(), 10.0, atol=step)
     assert "clip range widened to 4" in caplog.text and "clip range widened to 16" in caplog.text
+
+
+def test_a_rerun_round_counts_the_time_of_its_discarded_attempts() -> None:
+    # every push waits 50 ms: round 1 pushes 6 times (3 attempts x train + recovery), round 2
+    # twice, so round 1's figures (from its first attempt) are at least 0.3 s, not only the
+    # last attempt's 0.1 s (lower bounds from the injected waits; nothing here times the code)
+    grid = FakeGrid(4, node_config={"test-examples": 1000, "test-step": 2.0})
+    grid.before_push.append(lambda g: time.sleep(0.05))
+    s = _strategy(4)
+    _start(s, grid, 2)
+    assert [r.round_trips for r in s.reports] == [6, 2]
+    assert s.reports[0].seconds >= 0.3 and s.reports[0].close_seconds >= 0.25
+    assert s.reports[1].seconds >= 0.1
 
 
 def test_without_adaptive_clip_the_round_clips_and_warns(caplog: pytest.LogCaptureFixture) -> None:
