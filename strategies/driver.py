@@ -181,7 +181,7 @@ class RoundDriver:
         while (
             reruns < MAX_RERUNS
             and not report.ok
-            and (self._raise_weight_bound(r) or self._widen_clip_range(r))
+            and (self._raise_weight_bound(r) or self._widen_clip_range(r, report))
         ):
             reruns += 1
             discarded_trips += report.round_trips
@@ -224,13 +224,12 @@ class RoundDriver:
         st.round_offset += 1
         return True
 
-    def _widen_clip_range(self, r: int) -> bool:
-        """After a round whose decoded sum says entries were clipped (with ``adaptive_clip``):
-        widen the clip range four times (the delta scale g) and say so; False when nothing
-        clipped or g is at its largest. The clipped round was discarded before the wrapped
-        strategy saw it, so the model is unchanged."""
-        st = self.state
-        clipped, st.clipped = st.clipped, 0.0
+    def _widen_clip_range(self, r: int, report: RoundReport) -> bool:
+        """After an attempt whose decoded sum says entries were clipped (with
+        ``adaptive_clip``; :meth:`apply` then discarded it before the wrapped strategy saw it,
+        so the model is unchanged): widen the clip range four times (the delta scale g) and say
+        so; False when nothing clipped or g is at its largest."""
+        st, clipped = self.state, report.clipped_fraction
         if not (self.settings.adaptive_clip and clipped > 0 and st.delta_scale < MAX_DELTA_SCALE):
             return False
         st.delta_scale = min(MAX_DELTA_SCALE, st.delta_scale * CLIP_WIDENING)
@@ -252,7 +251,7 @@ class RoundDriver:
         """Train requests to every silo, the first max(n-s, U) uploads, recovery, the sum."""
         st, machine, settings, ex = self.state, self.state.machine, self.settings, self.exchange
         spec = replace(settings.spec, max_weight=st.weight_bound, delta_scale=st.delta_scale)
-        st.weight_refused, st.clipped = {}, 0.0
+        st.weight_refused = {}
         t0 = time.monotonic()
         report = RoundReport(round=r, ok=False, silos=st.config.n)
         inner_msgs = list(
@@ -376,7 +375,7 @@ class RoundDriver:
             and decoded.clipped_fraction > 0
             and st.delta_scale < MAX_DELTA_SCALE
         ):
-            st.clipped = decoded.clipped_fraction  # the run loop widens the range and reruns
+            # not ok, with clipped_fraction > 0: fit_round widens the range and reruns
             report.reason = (
                 f"{100 * decoded.clipped_fraction:.3g}% of the update entries were clipped to "
                 f"{report.clip_range:g}"

@@ -96,10 +96,9 @@ class RunState:
         Protocol rounds = Flower round + this: a round rerun with a raised weight bound or
         delta scale takes the next protocol round number (a silo never trains one protocol
         round twice).
-    delta_scale, clipped
+    delta_scale
         The delta scale g the rounds use (:attr:`coded_fl.vocabulary.TrainSpec.delta_scale`;
-        the effective clip range is g c), and the fraction of entries the current round's
-        decoded sum says were clipped (reset by every attempt).
+        the effective clip range is g c).
     """
 
     config: ProtocolConfig
@@ -120,7 +119,6 @@ class RunState:
     weight_refused: dict[int, int] = field(default_factory=dict)
     round_offset: int = 0
     delta_scale: float = 1.0
-    clipped: float = 0.0
 
     def __post_init__(self) -> None:
         self.silo_of = {node: silo for silo, node in self.node_of.items()}
