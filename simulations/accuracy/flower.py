@@ -53,7 +53,7 @@ from coded_fl.determinism import torch_threads
 from coded_fl.layout import flatten
 from coded_fl.secagg import ProtocolConfig
 from simulations.app.silo_torch import silo_threads
-from simulations.app.task import Net, load_partition, load_test, test, train
+from simulations.app.task import Net, load_partition, make_evaluator, train
 from simulations.runtime.flower_sim import run_simulation
 from simulations.stragglers.costs import privacy_for
 from strategies import CodedSecAgg, RoundReport
@@ -179,13 +179,7 @@ def _say(line: str) -> None:
 
 def make_server_app(opts: argparse.Namespace, out: dict[str, Any]) -> ServerApp:
     app = ServerApp()
-    x_test, y_test = load_test(seed=opts.seed)
-
-    def evaluate(server_round: int, arrays: ArrayRecord) -> MetricRecord:
-        net = Net()
-        net.load_state_dict(arrays.to_torch_state_dict())
-        loss, acc = test(net, x_test, y_test)
-        return MetricRecord({"accuracy": acc, "loss": loss})
+    evaluate = make_evaluator(opts.seed)
 
     @app.main()
     def main(grid: Grid, context: Context) -> None:

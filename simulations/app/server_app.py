@@ -14,7 +14,7 @@ from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, 
 from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy import FedAvg
 
-from simulations.app.task import Net, load_test, test
+from simulations.app.task import Net, make_evaluator
 from strategies import CodedSecAgg, RoundReport
 from strategies.exchange import Exchange
 from strategies.placement import ShuffledTraining
@@ -22,18 +22,6 @@ from strategies.shuffle import ShuffleRelay
 
 LOG = logging.getLogger("flwr")
 app = ServerApp()
-
-
-def _evaluator(seed: int):  # type: ignore[no-untyped-def]
-    x, y = load_test(seed=seed)
-    net = Net()
-
-    def evaluate(server_round: int, arrays: ArrayRecord) -> MetricRecord:
-        net.load_state_dict(arrays.to_torch_state_dict())
-        loss, acc = test(net, x, y)
-        return MetricRecord({"accuracy": acc, "loss": loss})
-
-    return evaluate
 
 
 def _plain_fedavg(  # type: ignore[no-untyped-def]
@@ -147,7 +135,7 @@ def main(grid: Grid, context: Context) -> None:
     seed = int(rc["seed"])
     torch.manual_seed(seed)
     initial = ArrayRecord(Net().state_dict())
-    evaluate = _evaluator(seed)
+    evaluate = make_evaluator(seed)
 
     def say(line: str) -> None:
         print(line, flush=True)

@@ -113,3 +113,19 @@ def test(net: Net, x: torch.Tensor, y: torch.Tensor) -> tuple[float, float]:
     net.eval()
     out = net(x)
     return float(nn.functional.cross_entropy(out, y)), float((out.argmax(1) == y).float().mean())
+
+
+def make_evaluator(seed: int):  # type: ignore[no-untyped-def]
+    """Server-side evaluation on the held-out digits: ``evaluate(round, arrays)`` ->
+    ``MetricRecord({"accuracy", "loss"})`` (the ``evaluate_fn`` of every app here)."""
+    from flwr.app import ArrayRecord, MetricRecord
+
+    x, y = load_test(seed=seed)
+    net = Net()
+
+    def evaluate(server_round: int, arrays: ArrayRecord) -> MetricRecord:
+        net.load_state_dict(arrays.to_torch_state_dict())
+        loss, acc = test(net, x, y)
+        return MetricRecord({"accuracy": acc, "loss": loss})
+
+    return evaluate

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from flwr.app import ArrayRecord, Context, Error, Message, MetricRecord
+from flwr.app import ArrayRecord, Context, Error, Message
 from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy import FedAvg
@@ -32,7 +32,7 @@ from clients.shuffle import register_shuffle
 from coded_fl.shuffling.wire import DeliverRequest, decode
 from coded_fl.vocabulary import SHUFFLE_ACTION, SHUFFLE_KEY, read_frame
 from simulations.app.client_app import _fit, own_data_mod
-from simulations.app.task import Net, load_test, test
+from simulations.app.task import Net, make_evaluator
 from simulations.runtime.flower_sim import run_simulation
 from strategies import CodedSecAgg
 from strategies.placement import ShuffledTraining
@@ -87,13 +87,7 @@ def make_client_app(run_config: dict[str, Any], mods: tuple[Any, ...] = ()) -> C
 
 def make_server_app(opts: argparse.Namespace, out: dict[str, Any]) -> ServerApp:
     app = ServerApp()
-    x_test, y_test = load_test(seed=opts.seed)
-
-    def evaluate(server_round: int, arrays: ArrayRecord) -> MetricRecord:
-        net = Net()
-        net.load_state_dict(arrays.to_torch_state_dict())
-        loss, acc = test(net, x_test, y_test)
-        return MetricRecord({"accuracy": acc, "loss": loss})
+    evaluate = make_evaluator(opts.seed)
 
     @app.main()
     def main(grid: Grid, context: Context) -> None:
