@@ -68,7 +68,7 @@ from coded_fl.secagg.client import (
     refusal_for,
     weight_bound,
 )
-from coded_fl.secagg.messages import KeyRequest, Limits, decode, encode, peek_header
+from coded_fl.secagg.messages import KeyRequest, Limits, decode, encode_parts, peek_header
 from coded_fl.secagg.messages import Message as ProtocolMessage
 from coded_fl.secagg.policy import ClientPolicy
 from coded_fl.vocabulary import (
@@ -80,7 +80,7 @@ from coded_fl.vocabulary import (
     STATE_KEY,
     TRAIN_KEY,
     TrainSpec,
-    frame,
+    frame_npy,
     is_ours,
     read_frame,
 )
@@ -135,7 +135,9 @@ def _limits(machine: ClientMachine, raw: bytes) -> Limits | None:
 
 
 def _reply(msg: Message, proto: ProtocolMessage, info: dict[str, float] | None = None) -> Message:
-    content = RecordDict({MSG_KEY: ArrayRecord({FRAME_ARRAY: Array(frame(encode(proto)))})})
+    n, data = frame_npy(encode_parts(proto))  # one copy of the upload, not np.save's three
+    array = Array("uint8", (n,), "numpy.ndarray", data)
+    content = RecordDict({MSG_KEY: ArrayRecord({FRAME_ARRAY: array})})
     if info:
         content[INFO_KEY] = ConfigRecord(info)  # type: ignore[arg-type]
     return Message(content, reply_to=msg)
@@ -236,7 +238,7 @@ def _handle(
         except ConfigurationError as exc:  # a setting the server must hear about, typed
             return _reply(msg, misconfigured(proto, str(exc)))
         info["train-seconds"] = time.perf_counter() - t0
-        reply: ProtocolMessage = machine.upload(out, partials, model_digest=_model_digest(msg))
+        reply: ProtocolMessage = machine.upload(out, partials)
     else:
         reply = out
     if isinstance(proto, KeyRequest):
@@ -245,17 +247,25 @@ def _handle(
     return _reply(msg, reply, info)
 
 
-def _model_digest(msg: Message) -> bytes:
-    """SHA-256 of the arrays the server sent with a train request (coded-fl's own records
-    left out): binds the upload's derived mask shares to the model this silo trained on."""
-    h = hashlib.sha256(b"coded-fl/model")
-    for name, record in sorted(msg.content.array_records.items()):
-        if is_ours(name):
-            continue
-        for key, array in record.items():
-            h.update(f"{name}/{key}/{array.dtype}/{tuple(array.shape)}".encode())
-            h.update(array.data)
-    return h.digest()
+def _seed_everything(seed: int) -> None:
+    """Seed torch, NumPy and ``random`` as ``torch.manual_seed`` would, without its cost where
+    there is no accelerator: ``torch.manual_seed`` queues a lazy CUDA/XPU/MTIA seeding, with a
+    captured stack trace, on every call, about 1 ms each on a CPU-only silo."""
+    if torch.cuda.is_available() or _other_accelerator():
+        torch.manual_seed(seed)
+    else:
+        torch.default_generator.manual_seed(seed)
+    np.random.seed(seed % 2**32)
+    random.seed(seed)
+
+
+def _other_accelerator() -> bool:
+    for name in ("xpu", "mtia", "mps"):
+        backend = getattr(torch, name, None)
+        available = getattr(backend, "is_available", None)
+        if available is not None and available():
+            return True
+    return False
 
 
 def _train_partitions(
@@ -286,9 +296,7 @@ def _train_partitions(
     try:
         for k in task.partitions:
             seed = partition_seed(cfg.seed_id, task.round, k)
-            torch.manual_seed(seed)
-            np.random.seed(seed % 2**32)
-            random.seed(seed)
+            _seed_everything(seed)
             # the user's function sees an ordinary train message: no coded-fl records
             sub = RecordDict({n: r for n, r in original.items() if not is_ours(n)})
             if spec.config_key in sub:
@@ -353,9 +361,10 @@ def _partial(
             f"{who} reported {spec.weight_key}={w:g}, more than max_weight={spec.max_weight:g}: "
             f"set max_weight >= {w:g} in coded_fl_flower.CodedSecAgg"
         )
-    delta = (flatten(arrays) - theta) * rho
     values = {name: float(metrics.get(name, 0.0)) for name in spec.metric_keys}  # type: ignore[arg-type]
     try:
-        return lay.pack(delta, rho=rho, clip_range=c, metrics=values, delta_scale=spec.delta_scale)
+        return lay.pack_arrays(
+            arrays, theta, rho=rho, clip_range=c, metrics=values, delta_scale=spec.delta_scale
+        )
     except InputError as exc:
         raise InputError(f"{who}: {exc}") from None

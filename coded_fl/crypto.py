@@ -27,6 +27,7 @@ b'share'
 
 from __future__ import annotations
 
+import functools
 import os
 import struct
 from dataclasses import dataclass
@@ -131,14 +132,29 @@ class KeyPair:
         """
         if not isinstance(peer_public, (bytes, bytearray)) or len(peer_public) != KEY_BYTES:
             raise InputError("an X25519 public key is 32 bytes")
-        sk = X25519PrivateKey.from_private_bytes(self.private_bytes)
-        try:
-            return sk.exchange(X25519PublicKey.from_public_bytes(bytes(peer_public)))
-        except ValueError:  # low-order point: the shared secret would be all zeros
-            raise InputError("peer public key is not a valid X25519 key") from None
+        secret = _exchange(self.private_bytes, bytes(peer_public))
+        if secret is None:  # low-order point: the shared secret would be all zeros
+            raise InputError("peer public key is not a valid X25519 key")
+        return secret
 
     def __repr__(self) -> str:
         return f"KeyPair(public={self.public_bytes.hex()[:16]}...)"
+
+
+@functools.lru_cache(maxsize=4096)
+def _exchange(private: bytes, peer_public: bytes) -> bytes | None:
+    """The X25519 shared secret, or None for a low-order peer key.
+
+    Memoised: a silo's state is rebuilt from bytes for every Flower message, and it needs the
+    same n pairwise secrets in every round (two X25519 operations each, most of a recovery
+    reply's CPU otherwise). The cache lives in the process's memory only, as the private key
+    does while the silo works, and holds at most 4,096 pairs.
+    """
+    sk = X25519PrivateKey.from_private_bytes(private)
+    try:
+        return sk.exchange(X25519PublicKey.from_public_bytes(peer_public))
+    except ValueError:
+        return None
 
 
 def check_public_key(raw: bytes, *, sender: int) -> bytes:
@@ -164,13 +180,13 @@ def check_public_key(raw: bytes, *, sender: int) -> bytes:
     """
     if not isinstance(raw, (bytes, bytearray)) or len(raw) != KEY_BYTES:
         raise RemoteProtocolError("public key must be 32 bytes", sender=sender)
-    try:
-        KeyPair.from_private_bytes(bytes(KEY_BYTES - 1) + b"\x01").exchange(bytes(raw))
-    except InputError:
-        raise RemoteProtocolError(
-            "public key is a small-order X25519 point", sender=sender
-        ) from None
+    if _exchange(_PROBE, bytes(raw)) is None:
+        raise RemoteProtocolError("public key is a small-order X25519 point", sender=sender)
     return bytes(raw)
+
+
+#: A fixed private scalar to test peer keys with (a low-order key gives no shared secret).
+_PROBE = bytes(KEY_BYTES - 1) + b"\x01"
 
 
 def pairwise_key(

@@ -149,8 +149,85 @@ class UpdateLayout:
             raise InputError(f"rho must be in (0, 1], got {rho!r}")
         if not torch.isfinite(flat).all():
             raise InputError("the update holds NaN/Inf: lower the learning rate")
+        clipped = float((flat.abs() > float(clip_range)).float().mean())
+        extras = self._extras(rho, clip_range, clipped, metrics)
+        return torch.cat([flat, torch.tensor(extras, dtype=torch.float32)])
+
+    def pack_arrays(
+        self,
+        arrays: Mapping[str, Any],
+        theta: torch.Tensor,
+        *,
+        rho: float,
+        clip_range: float,
+        metrics: Mapping[str, float] | None = None,
+        delta_scale: float = 1.0,
+    ) -> torch.Tensor:
+        """Partition k's vector straight from its trained arrays: :meth:`pack` of
+        ``rho * (flatten(arrays) - theta)``, bit for bit, in one pass over the arrays.
+
+        The arrays are read in place where their bytes allow it (no ``numpy()`` copy), and
+        the difference, the weighting, the scaling and the NaN/Inf and clip counts are one
+        kernel per array writing into the result (CPU; on any other device of ``theta`` this
+        is :meth:`pack` of the torch expression).
+
+        Parameters
+        ----------
+        arrays
+            The trained model's named arrays (Flower ``ArrayRecord`` or NumPy arrays), with the
+            layout of the model ``theta`` was flattened from.
+        theta
+            :func:`flatten` of the model the silo received (float32, :attr:`model_size`).
+        rho, clip_range, metrics, delta_scale
+            As for :meth:`pack`.
+
+        Returns
+        -------
+        torch.Tensor
+            float32, :attr:`length` coordinates.
+
+        Raises
+        ------
+        InputError
+            As :meth:`pack` (and :func:`flatten`: an array that is not floating point).
+        """
+        if theta.device.type != "cpu":
+            delta = (flatten(arrays).to(theta.device) - theta) * rho
+            return self.pack(
+                delta, rho=rho, clip_range=clip_range, metrics=metrics, delta_scale=delta_scale
+            )
+        from coded_fl.kernels import cpu as _cpu
+
+        if not (math.isfinite(rho) and 0 < rho <= 1):
+            raise InputError(f"rho must be in (0, 1], got {rho!r}")
+        base = theta.detach().reshape(-1).to(torch.float32).numpy()
+        if base.size != self.model_size:
+            raise InputError(f"the model has {base.size} values, the layout {self.model_size}")
+        out = np.empty(self.length, dtype=np.float32)
+        rho32, inv32 = np.float32(rho), np.float32(1.0 / float(delta_scale))
+        c32 = np.float32(clip_range)
+        at = bad = beyond = 0
+        for name, arr in arrays.items():
+            flat = _floating(name, arr)
+            if flat.dtype not in (np.float32, np.float64) or not flat.flags.c_contiguous:
+                flat = np.ascontiguousarray(flat, dtype=np.float32)  # exact: float16, '>f4'
+            end = at + flat.size
+            if end > self.model_size:
+                raise InputError(f"update has more than {self.model_size} values")
+            counts = _cpu.weighted_delta(flat, base[at:end], out[at:end], rho32, inv32, c32)
+            bad, beyond, at = bad + int(counts[0]), beyond + int(counts[1]), end
+        if at != self.model_size:
+            raise InputError(f"update has {at} values, the model {self.model_size}")
+        if bad:
+            raise InputError("the update holds NaN/Inf: lower the learning rate")
+        clipped = float(np.float32(beyond / self.model_size))  # as torch's float32 mean
+        out[self.model_size :] = self._extras(rho, clip_range, clipped, metrics)
+        return torch.from_numpy(out)
+
+    def _extras(
+        self, rho: float, clip_range: float, clipped: float, metrics: Mapping[str, float] | None
+    ) -> list[float]:
         c = float(clip_range)
-        clipped = float((flat.abs() > c).float().mean())
         extras = [rho * c, rho * clipped * c]
         given = metrics or {}
         for name in self.metric_keys:
@@ -159,7 +236,7 @@ class UpdateLayout:
                 raise InputError(f"metric '{name}' is {value}: a metric must be a finite number")
             value = max(-METRIC_BOUND, min(METRIC_BOUND, value))
             extras.append(rho * value * c / METRIC_BOUND)
-        return torch.cat([flat, torch.tensor(extras, dtype=torch.float32)])
+        return extras
 
     def unpack(
         self,
@@ -228,7 +305,63 @@ ArrayLayout = tuple[tuple[str, tuple[int, ...], str], ...]
 
 
 def _numpy(array: Any) -> np.ndarray:
-    return array if isinstance(array, np.ndarray) else array.numpy()
+    """The array's values without a copy where that is possible.
+
+    A Flower ``Array`` holds ``np.save`` bytes; its ``numpy()`` copies them out through a file
+    object. For a C-ordered numeric array the values are read in place instead
+    (``np.frombuffer`` past the header: read-only, no copy); anything else takes ``numpy()``.
+    """
+    if isinstance(array, np.ndarray):
+        return array
+    data = getattr(array, "data", None)
+    if getattr(array, "stype", None) == "numpy.ndarray" and isinstance(data, bytes):
+        view = _npy_view(data)
+        if view is not None:
+            return view
+    return array.numpy()
+
+
+def _read_npy_header(data: bytes) -> tuple[tuple[int, ...], bool, np.dtype[Any], int]:
+    """(shape, fortran order, dtype, payload offset) of ``np.save`` bytes, from the header only.
+
+    Raises ValueError, OSError, EOFError or SyntaxError (numpy's) for bytes that are not npy.
+    """
+    import io
+
+    buf = io.BytesIO(data[:4096])
+    version = np.lib.format.read_magic(buf)
+    read = (
+        np.lib.format.read_array_header_1_0
+        if version == (1, 0)
+        else np.lib.format.read_array_header_2_0
+    )
+    shape, fortran, dtype = read(buf, max_header_size=4096)
+    return tuple(int(x) for x in shape), bool(fortran), dtype, buf.tell()
+
+
+def _floating(name: str, array: Any) -> np.ndarray:
+    """The array's values, flat (a view where possible); refused unless floating point."""
+    a = _numpy(array)
+    if not np.issubdtype(a.dtype, np.floating):
+        raise InputError(
+            f"array '{name}' has dtype {a.dtype}: coded-fl aggregates floating point "
+            "arrays only (keep integer buffers such as BatchNorm counters out of the record)"
+        )
+    return a.reshape(-1)
+
+
+def _npy_view(data: bytes) -> np.ndarray | None:
+    """A read-only view of ``np.save`` bytes (None unless C-ordered, numeric and complete)."""
+    try:
+        shape, fortran, dtype, offset = _read_npy_header(data)
+    except (ValueError, OSError, EOFError, SyntaxError):
+        return None
+    if fortran or dtype.hasobject or dtype.kind not in "fiu":
+        return None
+    count = math.prod(shape)
+    if len(data) != offset + count * dtype.itemsize:
+        return None
+    return np.frombuffer(data, dtype=dtype, count=count, offset=offset).reshape(shape)
 
 
 def flatten(arrays: Mapping[str, Any]) -> torch.Tensor:
@@ -249,18 +382,10 @@ def flatten(arrays: Mapping[str, Any]) -> torch.Tensor:
     InputError
         If an array is not floating point or there is none.
     """
-    parts = []
-    for name, arr in arrays.items():
-        a = _numpy(arr)
-        if not np.issubdtype(a.dtype, np.floating):
-            raise InputError(
-                f"array '{name}' has dtype {a.dtype}: coded-fl aggregates floating point "
-                "arrays only (keep integer buffers such as BatchNorm counters out of the record)"
-            )
-        parts.append(torch.from_numpy(np.ascontiguousarray(a, dtype=np.float32).reshape(-1)))
+    parts = [_floating(name, arr) for name, arr in arrays.items()]
     if not parts:
         raise InputError("the ArrayRecord is empty: nothing to aggregate")
-    return torch.cat(parts)
+    return torch.from_numpy(np.concatenate(parts, dtype=np.float32))  # one copy, writable
 
 
 def npy_header(data: bytes) -> tuple[tuple[int, ...], np.dtype[Any]]:
@@ -288,22 +413,13 @@ def npy_header(data: bytes) -> tuple[tuple[int, ...], np.dtype[Any]]:
     InputError
         If the bytes are not a ``.npy`` array (or hold a Fortran-ordered or object array).
     """
-    import io
-
-    buf = io.BytesIO(data[:4096])
     try:
-        version = np.lib.format.read_magic(buf)
-        read = (
-            np.lib.format.read_array_header_1_0
-            if version == (1, 0)
-            else np.lib.format.read_array_header_2_0
-        )
-        shape, fortran, dtype = read(buf, max_header_size=4096)
+        shape, fortran, dtype, _ = _read_npy_header(data)
     except (ValueError, OSError, EOFError, SyntaxError) as exc:
         raise InputError(f"not a NumPy .npy array: {exc}") from None
     if fortran or dtype.hasobject:
         raise InputError("a Fortran-ordered or object .npy array: send C-ordered numbers")
-    return tuple(int(x) for x in shape), dtype
+    return shape, dtype
 
 
 def array_layout(arrays: Mapping[str, Any]) -> ArrayLayout:

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import io
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -65,6 +65,7 @@ __all__ = [
     "TRAIN_KEY",
     "TrainSpec",
     "frame",
+    "frame_npy",
     "is_ours",
     "read_frame",
     "unframe",
@@ -146,6 +147,31 @@ def frame(raw: bytes) -> np.ndarray:
         A read-only uint8 view of ``raw``.
     """
     return np.frombuffer(raw, dtype=np.uint8)
+
+
+def frame_npy(parts: Sequence[bytes | memoryview]) -> tuple[int, bytes]:
+    """What ``np.save(frame(b"".join(parts)))`` writes, built with one copy of the payload.
+
+    A Flower ``Array`` made from an ndarray serialises it with ``np.save`` (two more copies of
+    the payload); an adapter that builds the ``Array`` from these bytes directly
+    (``Array("uint8", (n,), "numpy.ndarray", data)``) sends the same thing.
+
+    Parameters
+    ----------
+    parts
+        The encoded message in pieces (:func:`coded_fl.secagg.messages.encode_parts`).
+
+    Returns
+    -------
+    tuple[int, bytes]
+        The payload's length n and the ``.npy`` bytes of the 1-D uint8 array.
+    """
+    n = sum(memoryview(p).nbytes for p in parts)
+    head = io.BytesIO()
+    np.lib.format.write_array_header_1_0(
+        head, {"descr": "|u1", "fortran_order": False, "shape": (n,)}
+    )
+    return n, b"".join([head.getvalue(), *parts])
 
 
 def unframe(array: np.ndarray) -> bytes:

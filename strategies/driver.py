@@ -310,6 +310,7 @@ class RoundDriver:
         rec_msgs = [flower_message(st.node_of[q.recipient], q) for q in out]
         rids = ex.push(rec_msgs, stage="recovery", round_=r)
         report.round_trips = 2
+        machine.sum_uploads()  # the bulk of the decode, while the recovery requests travel
 
         def on_recovery(node: int, reply: Message) -> bool:
             feed(st, st.silo_of[node], reply, RecoveryReply, report.errors, report.accused)
@@ -334,6 +335,7 @@ class RoundDriver:
                 round_=r,
             )
             report.round_trips += 1
+            machine.sum_uploads()  # over the new survivor set
             ex.collect(rids, on_recovery, deadline=recovery_deadline)
         res = machine.finish()
         if isinstance(res, RoundAborted):

@@ -14,8 +14,8 @@ import torch
 from flwr.app import Array, ArrayRecord, RecordDict
 
 from coded_fl.errors import ConfigurationError, RemoteProtocolError
-from coded_fl.secagg.messages import Limits, Message, decode, encode, peek_type
-from coded_fl.vocabulary import FRAME_ARRAY, MSG_KEY, frame, read_frame
+from coded_fl.secagg.messages import Limits, Message, decode, encode_parts, peek_type
+from coded_fl.vocabulary import FRAME_ARRAY, MSG_KEY, frame_npy, read_frame
 
 __all__ = [
     "keep_layout",
@@ -38,7 +38,8 @@ def message_record(msg: Message) -> ArrayRecord:
     ArrayRecord
         To put under :data:`coded_fl.vocabulary.MSG_KEY` of a message's content.
     """
-    return ArrayRecord({FRAME_ARRAY: Array(frame(encode(msg)))})
+    n, data = frame_npy(encode_parts(msg))
+    return ArrayRecord({FRAME_ARRAY: Array("uint8", (n,), "numpy.ndarray", data)})
 
 
 def message_from(

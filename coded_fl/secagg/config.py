@@ -245,17 +245,7 @@ class ProtocolConfig:
         RemoteProtocolError
             If the bytes are not a valid configuration (the sender is at fault).
         """
-        try:
-            fields = json.loads(raw)
-            if not isinstance(fields, dict):
-                raise TypeError("not an object")
-            cfg = cls(**fields)
-        except (ValueError, TypeError, ArithmeticError, RecursionError) as exc:
-            # a peer's JSON: nested past the parser's depth, or values that overflow, too
-            raise RemoteProtocolError(
-                f"unreadable protocol configuration: {type(exc).__name__}: {exc}"
-            ) from None
-        return cfg
+        return _config_from_json(bytes(raw))
 
     @functools.cached_property
     def digest(self) -> bytes:
@@ -280,3 +270,20 @@ class ProtocolConfig:
             if math.isfinite(m)
             else ""
         )
+
+
+@functools.lru_cache(maxsize=32)
+def _config_from_json(raw: bytes) -> ProtocolConfig:
+    """:meth:`ProtocolConfig.from_json`, memoised: a silo's state is rebuilt from bytes for every
+    Flower message, and the configuration (frozen) keeps its derived matrices and code in
+    cached properties, which the next message then finds built. A refusal is not cached."""
+    try:
+        fields = json.loads(raw)
+        if not isinstance(fields, dict):
+            raise TypeError("not an object")
+        return ProtocolConfig(**fields)
+    except (ValueError, TypeError, ArithmeticError, RecursionError) as exc:
+        # a peer's JSON: nested past the parser's depth, or values that overflow, too
+        raise RemoteProtocolError(
+            f"unreadable protocol configuration: {type(exc).__name__}: {exc}"
+        ) from None

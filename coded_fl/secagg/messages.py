@@ -56,6 +56,7 @@ __all__ = [
     "Upload",
     "decode",
     "encode",
+    "encode_parts",
     "peek_header",
     "peek_type",
 ]
@@ -66,10 +67,13 @@ SERVER = -1
 _HEADER = struct.Struct("<3sBB8sQii")
 
 
-def _vector_bytes(v: torch.Tensor) -> bytes:
+def _vector_bytes(v: torch.Tensor) -> memoryview:
+    """The vector's little-endian uint32 bytes, a view where no conversion is needed (the
+    caller joins it into the message: one copy in all)."""
     if v.dtype != torch.uint32:
         raise InputError(f"field vectors travel as uint32, got {v.dtype}")
-    return v.detach().cpu().contiguous().numpy().astype("<u4", copy=False).tobytes()
+    a = v.detach().cpu().contiguous().numpy().astype("<u4", copy=False)
+    return np.ascontiguousarray(a).data.cast("B")
 
 
 @dataclass(frozen=True)
@@ -281,6 +285,9 @@ def _blob(b: bytes) -> bytes:
 def encode(msg: Message) -> bytes:
     """Serialise a message (see the module docstring for the layout).
 
+    :func:`encode_parts` gives the same bytes in pieces, for a caller that joins them with
+    a header of its own (one copy of a large vector instead of two).
+
     Parameters
     ----------
     msg
@@ -296,6 +303,28 @@ def encode(msg: Message) -> bytes:
         If a field does not fit the layout (a digest not 8 bytes, a vector not uint32,
         mismatched list lengths, an integer out of its wire type's range).
     """
+    return b"".join(encode_parts(msg))
+
+
+def encode_parts(msg: Message) -> list[bytes | memoryview]:
+    """:func:`encode`'s bytes as a list of pieces (``b"".join`` of them is the encoding).
+
+    Parameters
+    ----------
+    msg
+        Any protocol message.
+
+    Returns
+    -------
+    list[bytes | memoryview]
+        Pieces to join; a large vector is a view of the message's tensor, so join them before
+        the tensor changes.
+
+    Raises
+    ------
+    InputError
+        As :func:`encode`.
+    """
     try:
         return _encode(msg)
     except InputError:
@@ -306,11 +335,11 @@ def encode(msg: Message) -> bytes:
         ) from None
 
 
-def _encode(msg: Message) -> bytes:
+def _encode(msg: Message) -> list[bytes | memoryview]:
     if len(msg.digest) != 8:
         raise InputError("config digest must be 8 bytes")
     head = _HEADER.pack(MAGIC, VERSION, msg.TYPE, msg.digest, msg.round, msg.sender, msg.recipient)
-    parts = [head]
+    parts: list[bytes | memoryview] = [head]
     if isinstance(msg, KeyRequest):
         parts.append(_blob(msg.config))
     elif isinstance(msg, KeyReply):
@@ -319,7 +348,8 @@ def _encode(msg: Message) -> bytes:
         parts.append(struct.pack("<I", len(msg.roster)))
         parts += [struct.pack("<i", s) + _blob(k) for s, k in msg.roster]
     elif isinstance(msg, Upload):
-        parts.append(_blob(_vector_bytes(msg.masked)))
+        masked = _vector_bytes(msg.masked)
+        parts += [struct.pack("<I", masked.nbytes), masked]
         parts.append(_blob(msg.context))
         parts.append(struct.pack("<I", len(msg.tags)))
         parts += [struct.pack("<i", r) + _blob(c) for r, c in msg.tags]
@@ -358,7 +388,7 @@ def _encode(msg: Message) -> bytes:
         parts.append(_blob(detail.decode("utf-8", "ignore").encode("utf-8")))
     else:  # pragma: no cover - every subclass is handled above
         raise InputError(f"cannot encode {type(msg).__name__}")
-    return b"".join(parts)
+    return parts
 
 
 class _Reader:

@@ -123,6 +123,7 @@ class _Round:
     refused: set[int] = field(default_factory=set)  # survivors that refused the request
     excluded: tuple[int, ...] = ()  # convicted silos dropped from S in this round
     barred: frozenset[int] = frozenset()  # convicted in the previous round: upload refused
+    masked: torch.Tensor | None = None  # sum_uploads(): the weighted masked sums over S
 
 
 class ServerMachine:
@@ -355,17 +356,19 @@ class ServerMachine:
         """Fix S = ``survivors`` (its weight rows) and ask the silos ``ask`` for their sums."""
         cfg = self.config
         rows = weight_rows(cfg, survivors)
-        rnd.survivors, rnd.weights = survivors, rows
+        rnd.survivors, rnd.weights, rnd.masked = survivors, rows, None
         weights = tuple(tuple(int(v) for v in row) for row in rows)
         keys = tuple(self.roster[i] for i in survivors)
         requests = []
-        sealed = {i: dict(rnd.uploads[i].shares) for i in survivors}
-        tags = {i: dict(rnd.uploads[i].tags) for i in survivors}
+        # per survivor, what it left for each recipient: built once, O(sum of shares + tags);
+        # each request then reads one entry per survivor (the (n - s)^2 part, kept minimal)
+        sealed = [dict(rnd.uploads[i].shares) for i in survivors]
+        tokens_of = [
+            {j: rnd.uploads[i].context + tag for j, tag in rnd.uploads[i].tags} for i in survivors
+        ]
         for j in ask:
-            boxes = tuple(sealed[i].get(j, b"") for i in survivors)
-            tokens = tuple(
-                rnd.uploads[i].context + tags[i][j] if j in tags[i] else b"" for i in survivors
-            )
+            boxes = tuple([box.get(j, b"") for box in sealed])
+            tokens = tuple([tok.get(j, b"") for tok in tokens_of])
             requests.append(
                 RecoveryRequest(
                     digest=cfg.digest,
@@ -491,6 +494,23 @@ class ServerMachine:
         rnd.replies, rnd.refused, rnd.accusations = {}, set(), {}
         return self._recovery_requests(rnd, rest, ask)
 
+    def sum_uploads(self) -> None:
+        """Sum the survivors' masked uploads with the round's weight rows now.
+
+        Optional: :meth:`finish` does it otherwise. The sum needs the survivor set S, which
+        :meth:`close_collection` fixes, but not the recovery replies, so a driver calls this
+        while the recovery requests are out and the server would otherwise wait: the largest
+        part of the decode, ((n - s) x d multiply-adds per row), then leaves the round's
+        critical path. If the survivor set changes (:meth:`retry_recovery`) the sum is
+        dropped and made again.
+        """
+        self._require(ServerStage.RECOVERING)
+        rnd = self._current()
+        if rnd.masked is None:
+            rnd.masked = self.config.field.matmul(
+                _weights(rnd), [rnd.uploads[i].masked for i in rnd.survivors]
+            )
+
     def finish(self) -> RoundResult | RoundAborted:
         """Decode the round (needs U recovery replies), or abort it saying why."""
         self._require(ServerStage.RECOVERING)
@@ -516,7 +536,10 @@ class ServerMachine:
         weights = _weights(rnd)
         F = cfg.field
         masks = cfg.sharing.decode(rnd.replies)  # (R, d): sum_i w_i z_i per row
-        masked = F.matmul(weights, [rnd.uploads[i].masked for i in rnd.survivors])
+        self.sum_uploads()  # a no-op if the driver did it while the replies travelled
+        masked = rnd.masked
+        if masked is None:  # pragma: no cover - sum_uploads() just set it
+            raise LocalProtocolError("no sum of the uploads")
         sums = F.sub(masked, masks)  # row 0: sum_k q(g_k); rows 1..: parity checks
         e = sums.shape[0] - 1
         quant = cfg.quantization

@@ -18,6 +18,12 @@ Per configuration: the median round time of rounds 2..R (round 1 is the warm-up;
 exchange is reported separately as ``setup_seconds``). "One site 10x slower": its link
 latency and its compute time are both 10x the others'.
 
+Fixed cost vs bytes (full size only): at N = 3, plain FedAvg (50 ms pulls) and coded-fl run
+again with a model of 1,000 parameters. What a round costs there is what it costs apart from
+its bytes (messages, one ClientApp process per message, emulated compute, latency); the rest of
+the d = 1e6 round is the bytes' share. The ``fixed_vs_bytes`` row and a note say which of the
+two the gap between coded-fl and plain FedAvg comes from.
+
 Full size: N = 3 and 6, d = 1e6, R = 4, with and without the slow site
 (``python -m simulations.bench deploy --out docs/bench/deploy.json``; about an hour on 2
 cores). ``--quick``: loopback, 3 nodes, d = 1000, 2 rounds, coded-fl only, no slow site (it
@@ -45,6 +51,7 @@ LATENCY = 0.02  # one-way, every site (s)
 JITTER = 0.005
 TRAIN_SECONDS = 0.5  # emulated local compute per partition (s)
 SLOW = 10.0  # the slow site: 10x latency and 10x compute
+TINY_DIM = 1000  # the model of the fixed-cost runs: a round's cost apart from its bytes
 
 
 def _median_rounds(rows: list[dict[str, Any]]) -> float | None:
@@ -139,6 +146,7 @@ def run(report: Report, *, quick: bool) -> None:
     if not use_ns:
         report.notes.append(f"network: loopback with a delaying proxy per site ({why})")
     medians: dict[tuple[str, int, bool], float] = {}
+    tiny: dict[str, float] = {}
     for n in sizes:
         sites = [Site(latency=LATENCY, jitter=JITTER) for _ in range(n)]
         with (
@@ -164,6 +172,23 @@ def run(report: Report, *, quick: bool) -> None:
                     if row and row["median_round_s"] is not None:
                         medians[(mode, n, slow)] = row["median_round_s"]
                 bed.set_link(n - 1, latency=LATENCY, jitter=JITTER)
+            if not quick and n == sizes[0]:
+                # the same rounds with a tiny model: what a round costs apart from its bytes
+                for mode in ("plain-fast", "coded"):
+                    row = _one(
+                        bed,
+                        report,
+                        mode=mode,
+                        n=n,
+                        dim=TINY_DIM,
+                        rounds=rounds,
+                        slow=False,
+                        timeout=timeout,
+                    )
+                    if row and row["median_round_s"] is not None:
+                        tiny[mode] = row["median_round_s"]
+    if len(tiny) == 2:
+        _fixed_vs_bytes(report, medians, tiny, n=sizes[0])
     full = not quick
     for n in sizes:
         for slow in slows:
@@ -186,3 +211,41 @@ def run(report: Report, *, quick: bool) -> None:
                     f"{medians.get(('plain-fast', n, slow), float('nan')):.1f} (50 ms pulls); "
                     f"SecAgg+/coded-fl = {sa / ours:.2f}x"
                 )
+
+
+def _fixed_vs_bytes(
+    report: Report, medians: dict[tuple[str, int, bool], float], tiny: dict[str, float], *, n: int
+) -> None:
+    """Split each scheme's round time at d = 1e6 into what a round with a tiny model also
+    costs (messages, ClientApp processes, emulated compute, latency) and what the bytes add,
+    and say which of the two the gap between coded-fl and plain FedAvg comes from."""
+    if any((m, n, False) not in medians for m in ("plain-fast", "coded")):
+        return
+    full = {m: medians[(m, n, False)] for m in ("plain-fast", "coded")}
+    trips = {"plain-fast": 1, "coded": 2}
+    parts = {
+        m: {
+            "round_s": full[m],
+            "tiny_round_s": tiny[m],
+            "bytes_s": full[m] - tiny[m],
+            "fixed_per_round_trip_s": tiny[m] / trips[m],
+        }
+        for m in full
+    }
+    gap_fixed = tiny["coded"] - tiny["plain-fast"]
+    gap_bytes = parts["coded"]["bytes_s"] - parts["plain-fast"]["bytes_s"]
+    report.add(
+        kind="fixed_vs_bytes",
+        supernodes=n,
+        dims=[TINY_DIM, report.config.get("dim")],
+        schemes=parts,
+        gap_from_fixed_s=gap_fixed,
+        gap_from_bytes_s=gap_bytes,
+    )
+    report.notes.append(
+        f"N={n}: coded-fl's round is {full['coded'] - full['plain-fast']:.1f} s longer than "
+        f"plain FedAvg's (50 ms pulls); {gap_fixed:.1f} s of that is there with a "
+        f"{TINY_DIM}-parameter model too (the second round trip: a second ClientApp process "
+        f"per silo, and s + 1 = 2 partitions of emulated compute), {gap_bytes:.1f} s comes "
+        "from the bytes"
+    )

@@ -293,6 +293,7 @@ _PARTS: dict[str, dict[str, Any]] = {
     "upload transfer": {"upload_bytes": 0},
     "server upload checks": {"server_upload": 0.0},
     "close_collection": {"server_close": 0.0},
+    "summing the uploads (during the recovery round trip)": {"server_sum": 0.0},
     "recovery requests (relayed shares)": {
         "recovery_request_bytes": 0,
         "recovery_request_mean_bytes": 0.0,

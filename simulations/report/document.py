@@ -300,7 +300,18 @@ def _step_costs(fit: dict[str, Any], des: list[dict[str, Any]]) -> list[str]:
     model = CostModel(fit["coefficients"], fit["fit_error"])
     d = des[0]["d"] if des else 10**6
     sizes = [(n, s) for n, s in ((20, 2), (100, 10), (100, 50), (1000, 100)) if s < n]
-    steps = ("client_upload", "server_upload", "server_close", "client_recovery", "server_finish")
+    steps = tuple(
+        k
+        for k in (
+            "client_upload",
+            "server_upload",
+            "server_close",
+            "server_sum",
+            "client_recovery",
+            "server_finish",
+        )
+        if k in fit["coefficients"]
+    )
     rows = [
         [
             n,

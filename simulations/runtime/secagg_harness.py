@@ -238,6 +238,8 @@ class Harness:
     ) -> RoundResult | RoundAborted:
         t0 = time.thread_time()
         out = self.server.close_collection()
+        if not isinstance(out, RoundAborted):
+            self.server.sum_uploads()  # as the Flower driver does, while the requests travel
         self._server_cpu += time.thread_time() - t0
         if isinstance(out, RoundAborted):
             return out
@@ -246,6 +248,9 @@ class Harness:
             again = self.server.retry_recovery()
             if again is None:
                 break
+            t0 = time.thread_time()
+            self.server.sum_uploads()  # the survivor set changed: a new sum
+            self._server_cpu += time.thread_time() - t0
             self._ask(again, behaviour, refused)
         t0 = time.thread_time()
         try:

@@ -14,9 +14,10 @@ coded-fl (closes at the (n-s)-th upload)::
     model download -> X_i -> quantize/encode/mask/share (client_upload) -> upload
     -> server checks each upload in arrival order (server_upload, one at a time)
     -> at the (n-s)-th: close_collection (server_close), n-s recovery requests sent one after
-       another on the server's link (their mean size) -> each survivor opens its shares
-       (client_recovery) and replies -> the server takes the replies in order
-       (server_recovery) -> after U of them, finish (server_finish)
+       another on the server's link (their mean size); meanwhile the server sums the
+       survivors' masked uploads (server_sum) -> each survivor opens its shares
+       (client_recovery) and replies -> the server takes the replies in order, once its sum
+       is done (server_recovery) -> after U of them, finish (server_finish: unmask, decode)
 
 Network: one-way ``latency``; every silo link has ``silo_bandwidth``; the server's link
 (``server_bandwidth``) is shared, so messages through it queue (FIFO). The download of the model
@@ -42,6 +43,7 @@ CODED_STEPS = (
     "client_upload",
     "server_upload",
     "server_close",
+    "server_sum",
     "client_recovery",
     "server_recovery",
     "server_finish",
@@ -69,6 +71,7 @@ class StepSeconds:
     client_upload: float = 0.0
     server_upload: float = 0.0
     server_close: float = 0.0
+    server_sum: float = 0.0
     client_recovery: float = 0.0
     server_recovery: float = 0.0
     server_finish: float = 0.0
@@ -187,7 +190,10 @@ def simulate(
         + _transfer(steps.recovery_reply_bytes, net.silo_bandwidth)
     )
     svc = _transfer(steps.recovery_reply_bytes, net.server_bandwidth) + steps.server_recovery
-    taken = _fifo(back[:, :U], svc)  # already in order: requests left in order
+    # one server thread: it sums the uploads right after close_collection (sending is the
+    # link's work), and takes the replies once that is done
+    summed = close + steps.server_close + steps.server_sum
+    taken = _fifo(np.maximum(back[:, :U], summed[:, None]), svc)  # requests left in order
     coded = taken[:, -1] + steps.server_finish
 
     Xs = np.sort(X, axis=1)

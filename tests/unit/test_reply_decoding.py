@@ -374,22 +374,3 @@ def test_the_train_spec_carries_the_delta_scale_and_an_older_record_reads_as_one
     assert TrainSpec.from_dict(spec.to_dict()) == spec
     old = {k: v for k, v in spec.to_dict().items() if k != "delta-scale"}
     assert TrainSpec.from_dict(old).delta_scale == 1.0
-
-
-def test_the_model_digest_binds_the_arrays_sent_and_ignores_coded_fl_records():
-    from clients.mod import _model_digest
-
-    def request(w: np.ndarray, extra: bytes) -> Message:
-        content = RecordDict(
-            {
-                "arrays": ArrayRecord({"w": Array(w)}),
-                MSG_KEY: ArrayRecord({FRAME_ARRAY: Array(np.frombuffer(extra, dtype=np.uint8))}),
-            }
-        )
-        return Message(content=content, dst_node_id=1, message_type=MessageType.TRAIN)
-
-    w = np.arange(4, dtype=np.float32)
-    base = _model_digest(request(w, b"a"))
-    assert _model_digest(request(w, b"other frame")) == base  # our own records do not count
-    assert _model_digest(request(w + 1, b"a")) != base  # another model
-    assert _model_digest(request(w.astype(np.float64), b"a")) != base  # another dtype

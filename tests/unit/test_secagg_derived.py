@@ -264,3 +264,32 @@ def test_recovery_with_dropouts_mixes_derived_and_received_shares(n, s, t, u, be
         assert isinstance(out.result, RoundResult), out.result
         expected = h.expected_total(rnd).double() / cfg.quantization.scale
         assert torch.allclose(out.result.total, expected)
+
+
+def test_summing_the_uploads_ahead_gives_the_finish_it_would_make_alone() -> None:
+    """``sum_uploads`` between close_collection and the replies (what the driver does while the
+    recovery requests travel) changes nothing in the result; a second call is a no-op."""
+    totals = []
+    for ahead in (False, True):
+        h = Harness(CFG, seed=5)
+        s, c = h.server, h.clients
+        for q in s.start_key_exchange():
+            s.receive(c[q.recipient].receive(q))
+        s.close_key_exchange()
+        for q in s.start_round(1):
+            task = c[q.recipient].receive(q)
+            s.receive(c[q.recipient].upload(task, [h.partials(1, k) for k in task.partitions]))
+        requests = s.close_collection()
+        assert isinstance(requests, list)
+        if ahead:
+            s.sum_uploads()
+            first = s._round.masked  # type: ignore[union-attr]
+            s.sum_uploads()
+            assert s._round.masked is first  # type: ignore[union-attr]
+        for q in requests:
+            s.receive(c[q.recipient].receive(q))
+        res = s.finish()
+        assert isinstance(res, RoundResult)
+        totals.append(res.aggregate)
+    assert torch.equal(totals[0], totals[1])
+    assert torch.equal(totals[0], h.expected_total(1).remainder(CFG.p).to(torch.uint32))

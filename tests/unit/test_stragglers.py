@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -161,3 +163,18 @@ def test_mean_recovery_request_counts_the_relayed_shares_of_every_survivor() -> 
     assert model.bytes("recovery_request_mean", n=6, s=2, d=64) == pytest.approx(expect)
     assert points[0].recovery_request_mean_bytes == pytest.approx(expect)
     assert model.bytes("recovery_request", n=6, s=2, d=64) > expect
+
+
+def test_des_the_upload_sum_overlaps_the_recovery_round_trip() -> None:
+    """The server sums the uploads while the recovery requests travel: a sum shorter than the
+    round trip costs nothing, a longer one delays the replies' processing by the difference."""
+    m = SiloTimes.iid(10, mu=1.0)
+    net = Network(latency=0.05)
+    base = StepSeconds(server_close=0.01, client_recovery=0.02, server_finish=0.1)
+
+    def coded(sum_seconds: float) -> np.ndarray:
+        st = replace(base, server_sum=sum_seconds)
+        return simulate(m, 2, steps=st, net=net, rounds=200, rng=np.random.default_rng(3)).coded
+
+    np.testing.assert_allclose(coded(0.05), coded(0.0))  # hidden by the 2 x 50 ms round trip
+    np.testing.assert_allclose(coded(0.5) - coded(0.0), 0.5 - 0.12, atol=1e-9)
