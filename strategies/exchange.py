@@ -39,6 +39,12 @@ class _Pending:
     started: float
 
 
+#: The first wait of a collection, and after every pull that brought replies: a stage's
+#: replies come in bunches (a simulation answers within milliseconds), so the wait starts
+#: short and doubles up to ``poll_interval`` while nothing arrives.
+FIRST_WAIT = 0.005
+
+
 @dataclass
 class Exchange:
     """Message bookkeeping for one run.
@@ -48,7 +54,8 @@ class Exchange:
     grid
         The Flower grid messages are pushed to and pulled from.
     poll_interval
-        Seconds between pulls that brought nothing.
+        The longest wait between pulls that brought nothing (the wait starts at
+        :data:`FIRST_WAIT` and doubles).
     on_late
         Called with every late reply as it is time-stamped.
     """
@@ -89,6 +96,7 @@ class Exchange:
         """
         wanted = {i for i in ids if i in self._pending}
         done = False
+        wait = min(FIRST_WAIT, self.poll_interval)
         while wanted and not done:
             pulled = list(self.grid.pull_messages(list(wanted | set(self._lingering))))
             for reply in pulled:
@@ -107,8 +115,11 @@ class Exchange:
                 break
             if time.monotonic() >= deadline:
                 break
-            if not pulled:
-                time.sleep(self.poll_interval)
+            if pulled:  # replies come in bunches: look again soon
+                wait = min(FIRST_WAIT, self.poll_interval)
+            else:  # back off to poll_interval while nothing comes
+                time.sleep(wait)
+                wait = min(2 * wait, self.poll_interval)
         for mid in wanted:  # not needed any more: keep time-stamping them
             self._lingering[mid] = self._pending.pop(mid)
         return done
