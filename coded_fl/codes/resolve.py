@@ -191,38 +191,41 @@ def resolve(
     if radius < 0 or bound < 0:
         raise InputError(f"radius and bound must be >= 0, got {radius} and {bound}")
     p = field.p
-    value = sums[0].to(torch.int64)  # uint32 tensors do not support indexed writes
+    # NumPy, one thread: the bulk work is a few passes over d coordinates, and torch's
+    # intra-op threads stall whenever other processes hold the cores (a simulation's silos)
+    device = sums.device
+    rows = sums.detach().cpu().numpy()
+    value = rows[0].astype(np.int64)  # a copy: corrected and erased coordinates are written
     disagreeing = corrected = 0
     located: dict[int, int] = {}
-    erase = torch.zeros(value.shape[0], dtype=torch.bool)
-    if sums.shape[0] > 1:
-        syn = sums[1:]
-        bad = torch.nonzero((syn != 0).any(dim=0)).flatten()
-        disagreeing = int(bad.numel())
+    erase = np.zeros(value.shape[0], dtype=bool)
+    bad = np.empty(0, dtype=np.int64)
+    if rows.shape[0] > 1:
+        syn = rows[1:]
+        bad = np.flatnonzero(syn.any(axis=0))
+        disagreeing = int(bad.size)
         if disagreeing:
-            sigma = syn[:, bad].to(torch.int64).numpy()
+            sigma = syn[:, bad].astype(np.int64)
             fixed, delta, blamed = _explain(w[1:], w[0], sigma, p, radius)
-            ok = torch.from_numpy(fixed)
-            good = bad[ok]
-            if good.numel():
-                d = torch.from_numpy(delta[fixed])
-                value[good] = (value[good] - d) % p
-            erase[bad[~ok]] = True
+            good = bad[fixed]
+            if good.size:
+                value[good] = (value[good] - delta[fixed]) % p
+            erase[bad[~fixed]] = True
             for col in blamed:
                 for j in col:
                     located[j] = located.get(j, 0) + 1
-    signed = torch.where(value > p // 2, value - p, value)
-    outside = (signed.abs() > bound) & ~erase
-    out_of_range = int(outside.sum())
+    # |centred representative| <= bound, i.e. value <= bound or value >= p - bound
+    outside = (value > bound) & (value < p - bound) & ~erase
+    out_of_range = int(np.count_nonzero(outside))
     erase |= outside
     if disagreeing:
-        corrected = disagreeing - int(erase[bad].sum())
+        corrected = disagreeing - int(np.count_nonzero(erase[bad]))
     value[erase] = 0
     return Resolution(
-        value=value.to(sums.dtype),
+        value=torch.from_numpy(value.astype(rows.dtype)).to(device),
         disagreeing=disagreeing,
         corrected=corrected,
-        erased=torch.nonzero(erase).flatten(),
+        erased=torch.from_numpy(np.flatnonzero(erase)),
         out_of_range=out_of_range,
         located=located,
     )

@@ -378,9 +378,17 @@ class ClientMachine:
         return self._key_for(peer, roster, label=ROOT_LABEL)
 
     def _derived_share(
-        self, sender: int, recipient: int, round_: int, context: bytes, roster: dict[int, bytes]
+        self,
+        sender: int,
+        recipient: int,
+        round_: int,
+        context: bytes,
+        roster: dict[int, bytes],
+        *,
+        out: np.ndarray | None = None,
     ) -> tuple[torch.Tensor, bytes]:
-        """The share ``sender`` -> ``recipient`` (this silo is one of them) and its tag."""
+        """The share ``sender`` -> ``recipient`` (this silo is one of them) and its tag; written
+        into ``out`` (a ``uint32`` row of ``piece_length``) when given."""
         cfg, silo, _ = self._identity()
         seed, tag = derive_share_key(
             self._root_for(recipient if sender == silo else sender, roster),
@@ -390,9 +398,10 @@ class ClientMachine:
             recipient=recipient,
             context=context,
         )
-        share = torch.empty(cfg.sharing.piece_length, dtype=torch.uint32)
-        MaskStream(seed, cfg.p).fill(share.numpy())
-        return share, tag
+        if out is None:
+            out = np.empty(cfg.sharing.piece_length, dtype=np.uint32)
+        MaskStream(seed, cfg.p).fill(out)
+        return torch.from_numpy(out), tag
 
     # ------------------------------------------------------------------ 1. keys
     def on_key_request(self, msg: KeyRequest) -> KeyReply:
@@ -534,11 +543,14 @@ class ClientMachine:
         context = share_context(task.request, bytes(model_digest), nonce=nonce)
         members = sorted(self.roster)
         derived = sharing.derived_set(silo, members)
-        values = torch.empty((sharing.U, sharing.piece_length), dtype=torch.uint32)
+        # derived straight into the rows (numpy: no torch copy, whose intra-op threads stall
+        # when other processes hold the cores)
+        rows = np.empty((sharing.U, sharing.piece_length), dtype=np.uint32)
         tags = []
         for row, j in enumerate(derived):
-            values[row], tag = self._derived_share(silo, j, task.round, context, self.roster)
+            _, tag = self._derived_share(silo, j, task.round, context, self.roster, out=rows[row])
             tags.append((j, tag))
+        values = torch.from_numpy(rows)
         others = tuple(j for j in members if j not in derived)
         mask, shares = sharing.complete(derived, values, others)
         masked = encode_upload(

@@ -237,10 +237,13 @@ class MaskSharing:
         rows = {tuple(replies[j].shape) for j in holders}
         if len(rows) != 1 or next(iter(rows))[-1] != self.piece_length:
             raise InputError(f"replies must all be (R, {self.piece_length}), got {sorted(rows)}")
-        stacked = torch.stack([replies[j].reshape(-1, self.piece_length) for j in holders], dim=1)
+        per = [replies[j].reshape(-1, self.piece_length) for j in holders]
         dec = self._decoding_matrix(holders)
-        out = [
-            self.field.matmul(dec, stacked[r]).reshape(-1)[: self.d]
-            for r in range(stacked.shape[0])
-        ]
-        return torch.stack(out)
+        R = per[0].shape[0]
+        out = np.empty((R, self.d), dtype=np.uint32)  # rows filled with numpy (see below)
+        for r in range(R):
+            # the kernel reads the U replies' row r in place: no stacking copy (a torch copy of
+            # uint32 rows is slow, and its intra-op threads stall when the cores are busy)
+            pieces = self.field.matmul(dec, [v[r] for v in per])
+            out[r] = pieces.reshape(-1)[: self.d].numpy()
+        return torch.from_numpy(out)
