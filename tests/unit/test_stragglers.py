@@ -178,3 +178,20 @@ def test_des_the_upload_sum_overlaps_the_recovery_round_trip() -> None:
 
     np.testing.assert_allclose(coded(0.05), coded(0.0))  # hidden by the 2 x 50 ms round trip
     np.testing.assert_allclose(coded(0.5) - coded(0.0), 0.5 - 0.12, atol=1e-9)
+
+
+def test_des_who_is_served_first_does_not_depend_on_who_is_slow() -> None:
+    """The model goes out in a random order every round: a slow silo's index does not decide
+    when it gets the model (in index order the last indices were always served last, and with
+    s = 1 the second-slowest silo's download offset landed in the fixed cost)."""
+    n, net = 50, Network()
+    big = 4 * 10**7  # 32 ms per copy on the server's link: offsets up to 1.6 s
+    steps = StepSeconds(model_bytes=big, upload_bytes=big, plain_upload_bytes=big)
+
+    def fixed(slow: tuple[int, int]) -> float:
+        times = SiloTimes(n=n, mu=1.0, slow=slow, factors=(20.0, 20.0))
+        rt = simulate(times, 1, steps=steps, net=net, rounds=4000, rng=np.random.default_rng(9))
+        return float((rt.coded - rt.wait_coded).mean())
+
+    first, last = fixed((0, 1)), fixed((n - 2, n - 1))
+    assert abs(first - last) < 0.05 * max(first, last)
