@@ -62,22 +62,35 @@ def _table(header: list[str], rows: list[list[Any]]) -> list[str]:
     return [*out, ""]
 
 
-def load(bench_dir: Path) -> dict[str, dict[str, Any]]:
-    """benchmark name -> its JSON, for every ``*.json`` in ``bench_dir`` that is one."""
-    out = {}
-    for p in sorted(bench_dir.glob("*.json")):
+def _bench_files(folder: Path) -> list[tuple[Path, dict[str, Any]]]:
+    """(path, JSON) of every ``*.json`` in ``folder`` that is a benchmark's, by name."""
+    out = []
+    for p in sorted(folder.glob("*.json")) if folder.is_dir() else []:
         try:
             data = json.loads(p.read_text())
         except (OSError, ValueError):
             continue
         if isinstance(data, dict) and "benchmark" in data and "results" in data:
-            out[str(data["benchmark"])] = data
+            out.append((p, data))
     return out
 
 
-def summary_rows(benches: dict[str, dict[str, Any]]) -> list[list[Any]]:
+def load(bench_dir: Path) -> dict[str, dict[str, Any]]:
+    """benchmark name -> its JSON, for every ``*.json`` in ``bench_dir`` that is one."""
+    return {str(data["benchmark"]): data for _, data in _bench_files(bench_dir)}
+
+
+def _partial_runs(folder: Path) -> list[tuple[str, dict[str, Any]]]:
+    """(file stem, JSON) of every benchmark JSON in ``folder`` (partial reruns), by name."""
+    return [(p.stem, data) for p, data in _bench_files(folder)]
+
+
+def summary_rows(
+    benches: dict[str, dict[str, Any]], expected: tuple[str, ...] = EXPECTED
+) -> list[list[Any]]:
+    """One row per goal of every benchmark (and one per ``expected`` benchmark with no JSON)."""
     rows: list[list[Any]] = []
-    for name in [*EXPECTED, *sorted(set(benches) - set(EXPECTED))]:
+    for name in [*expected, *sorted(set(benches) - set(expected))]:
         b = benches.get(name)
         if b is None:
             rows.append([name, "not measured (no JSON)", "", "", "", ""])
@@ -480,6 +493,18 @@ def write_report(bench_dir: Path, out: Path, *, run_log: dict[str, Any] | None =
     lines += _table(
         ["benchmark", "goal", "measured", "target", "verdict", "date"], summary_rows(benches)
     )
+    parts = _partial_runs(bench_dir / "parts")
+    if parts:
+        lines += [
+            "Partial reruns (`parts/`: a subset of a benchmark's parts, e.g. "
+            "`python -m simulations.bench stragglers --parts costs,des`); where one is dated "
+            "after the full run above, its goals are the current figures for those parts:",
+            "",
+        ]
+        lines += _table(
+            ["run", "goal", "measured", "target", "verdict", "date"],
+            [row for label, b in parts for row in summary_rows({f"parts/{label}": b}, ())],
+        )
     lines += ["## Figures", ""]
     for fname, (title, fn) in FIGURES.items():
         try:
