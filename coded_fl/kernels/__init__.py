@@ -34,3 +34,10 @@ def warm_up() -> None:
         field.validate(q)
         field.sub(q, q)
         field.to_signed(q)
+    from coded_fl.layout import UpdateLayout
+
+    theta = torch.zeros(8)
+    for dtype in (np.float32, np.float64):  # the trained arrays' two native dtypes, both as
+        zeros = np.zeros(8, dtype=dtype)  # arrays of the user's and as read-only views of
+        for w in (zeros, np.frombuffer(zeros.tobytes(), dtype=dtype)):  # a Flower Array
+            UpdateLayout(model_size=8).pack_arrays({"w": w}, theta, rho=1.0, clip_range=1.0)
