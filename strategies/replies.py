@@ -124,9 +124,9 @@ def _refused(
         and 0 <= msg.accused < state.config.n
     ):
         accused[msg.accused] = (
-            f"silo {silo} reports that the share silo {msg.accused} sealed for it failed "
-            "authentication (altered in transit or by its sender; the accusing silo could "
-            "also forge this)"
+            f"silo {silo} reports that the mask share silo {msg.accused} sent for it failed "
+            "authentication or key confirmation (altered in transit or by its sender; the "
+            "accusing silo could also forge this)"
         )
         LOG.warning("[coded-fl] silo %d accuses silo %d", silo, msg.accused)
     if accused is not None and state.machine.stage == ServerStage.RECOVERING:

@@ -203,8 +203,12 @@ def test_tampered_share_is_refused_and_its_sender_named(healthy: TestBed) -> Non
         assert not row["ok"], row  # a share failed authentication: never a wrong sum
         assert _sites(row, "accused") == {"site0"}, row
         (accused,) = row["accused"].values()
-        assert "failed authentication" in accused
-        assert any("failed authentication" in e for e in row["errors"].values())
+        assert "failed authentication or key confirmation" in accused
+        # which check refuses it depends on how the sites map to silo indices (node ids are
+        # random): a share silo 1 derives from silo 0's keys fails key confirmation (its tag
+        # was flipped), a sealed one fails authentication
+        refusals = ("failed authentication", "fails key confirmation")
+        assert any(w in e for e in row["errors"].values() for w in refusals), row
 
 
 # ---------------------------------------------------------------------------- slow site
