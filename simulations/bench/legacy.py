@@ -177,7 +177,8 @@ class _InProcessGrid(Grid):
         pass
 
     def create_message(self, *args, **kwargs):  # type: ignore[no-untyped-def]
-        raise NotImplementedError
+        # Flower's workflows build Message(...) themselves; nothing here calls this
+        raise TypeError("this in-process grid takes Message objects: build Message(...)")
 
     def get_node_ids(self) -> list[int]:
         return sorted(self.contexts)
