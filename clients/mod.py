@@ -34,6 +34,7 @@ silos do not share this silo's state.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 import random
@@ -259,7 +260,10 @@ def _seed_everything(seed: int) -> None:
     random.seed(seed)
 
 
+@functools.cache
 def _other_accelerator() -> bool:
+    """Whether torch sees an XPU, MTIA or MPS device (asked once per process: it does not
+    change while the process lives)."""
     for name in ("xpu", "mtia", "mps"):
         backend = getattr(torch, name, None)
         available = getattr(backend, "is_available", None)

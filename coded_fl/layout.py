@@ -35,6 +35,7 @@ import numpy as np
 import torch
 
 from coded_fl.errors import ConfigurationError, DecodingError, InputError
+from coded_fl.vocabulary import read_npy_header
 
 __all__ = [
     "METRIC_BOUND",
@@ -321,24 +322,6 @@ def _numpy(array: Any) -> np.ndarray:
     return array.numpy()
 
 
-def _read_npy_header(data: bytes) -> tuple[tuple[int, ...], bool, np.dtype[Any], int]:
-    """(shape, fortran order, dtype, payload offset) of ``np.save`` bytes, from the header only.
-
-    Raises ValueError, OSError, EOFError or SyntaxError (numpy's) for bytes that are not npy.
-    """
-    import io
-
-    buf = io.BytesIO(data[:4096])
-    version = np.lib.format.read_magic(buf)
-    read = (
-        np.lib.format.read_array_header_1_0
-        if version == (1, 0)
-        else np.lib.format.read_array_header_2_0
-    )
-    shape, fortran, dtype = read(buf, max_header_size=4096)
-    return tuple(int(x) for x in shape), bool(fortran), dtype, buf.tell()
-
-
 def _floating(name: str, array: Any) -> np.ndarray:
     """The array's values, flat (a view where possible); refused unless floating point."""
     a = _numpy(array)
@@ -353,8 +336,8 @@ def _floating(name: str, array: Any) -> np.ndarray:
 def _npy_view(data: bytes) -> np.ndarray | None:
     """A read-only view of ``np.save`` bytes (None unless C-ordered, numeric and complete)."""
     try:
-        shape, fortran, dtype, offset = _read_npy_header(data)
-    except (ValueError, OSError, EOFError, SyntaxError):
+        shape, fortran, dtype, offset = read_npy_header(data)
+    except ValueError:
         return None
     if fortran or dtype.hasobject or dtype.kind not in "fiu":
         return None
@@ -414,8 +397,8 @@ def npy_header(data: bytes) -> tuple[tuple[int, ...], np.dtype[Any]]:
         If the bytes are not a ``.npy`` array (or hold a Fortran-ordered or object array).
     """
     try:
-        shape, fortran, dtype, _ = _read_npy_header(data)
-    except (ValueError, OSError, EOFError, SyntaxError) as exc:
+        shape, fortran, dtype, _ = read_npy_header(data)
+    except ValueError as exc:
         raise InputError(f"not a NumPy .npy array: {exc}") from None
     if fortran or dtype.hasobject:
         raise InputError("a Fortran-ordered or object .npy array: send C-ordered numbers")

@@ -51,6 +51,7 @@ __all__ = [
     "LEGACY_WEIGHT_KEY",
     "MAX_DELTA_SCALE",
     "MSG_KEY",
+    "NPY_HEADER_LIMIT",
     "ORG_KEY_FILE_NODE_KEY",
     "PARTITION_ENTRY",
     "PARTITION_UNITS_ENTRY",
@@ -68,6 +69,7 @@ __all__ = [
     "frame_npy",
     "is_ours",
     "read_frame",
+    "read_npy_header",
     "unframe",
 ]
 
@@ -247,21 +249,51 @@ def read_frame(content: Mapping[str, Any], key: str) -> bytes | None:
     return data[payload:]
 
 
-def _npy_payload(data: bytes) -> int | None:
-    """Where the payload of a 1-D uint8 array saved with ``np.save`` starts, or None if
-    ``data`` is not one (read from the npy header alone)."""
-    fp = io.BytesIO(data)
+#: The longest npy header read (a header of numeric arrays of any sensible rank fits).
+NPY_HEADER_LIMIT = 4096
+
+
+def read_npy_header(data: bytes) -> tuple[tuple[int, ...], bool, np.dtype[Any], int]:
+    """(shape, Fortran order, dtype, payload offset) of ``np.save`` bytes, from the header alone
+    (the payload is not read or copied).
+
+    Parameters
+    ----------
+    data
+        Bytes that should start with a version 1.0 or 2.0 npy header.
+
+    Returns
+    -------
+    tuple[tuple[int, ...], bool, numpy.dtype, int]
+
+    Raises
+    ------
+    ValueError
+        If they do not: another version, a header numpy cannot read (whatever numpy raised), or
+        one longer than :data:`NPY_HEADER_LIMIT` bytes.
+    """
+    fp = io.BytesIO(data[:NPY_HEADER_LIMIT])
     try:
         version = np.lib.format.read_magic(fp)
         if version == (1, 0):
-            dims, _, dtype = np.lib.format.read_array_header_1_0(fp)
+            read = np.lib.format.read_array_header_1_0
         elif version == (2, 0):
-            dims, _, dtype = np.lib.format.read_array_header_2_0(fp)
+            read = np.lib.format.read_array_header_2_0
         else:
-            return None
-    except Exception:  # a header numpy cannot read, whatever the reason, is the peer's fault
+            raise ValueError(f"npy version {version} (1.0 and 2.0 are read)")
+        shape, fortran, dtype = read(fp, max_header_size=NPY_HEADER_LIMIT)
+    except Exception as exc:  # numpy raises ValueError, OSError, EOFError, SyntaxError...
+        raise ValueError(f"not a readable npy header: {exc}") from None
+    return tuple(int(x) for x in shape), bool(fortran), dtype, fp.tell()
+
+
+def _npy_payload(data: bytes) -> int | None:
+    """Where the payload of a 1-D uint8 array saved with ``np.save`` starts, or None if
+    ``data`` is not one (read from the npy header alone)."""
+    try:
+        dims, _, dtype, start = read_npy_header(data)
+    except ValueError:  # a header numpy cannot read, whatever the reason, is the peer's fault
         return None
-    start = fp.tell()
     if dtype != np.dtype(np.uint8) or dims != (len(data) - start,):
         return None
     return start

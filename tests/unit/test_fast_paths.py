@@ -21,9 +21,17 @@ from flwr.app import Array, ArrayRecord
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from coded_fl.errors import InputError
+from coded_fl.errors import InputError, RemoteProtocolError
 from coded_fl.layout import UpdateLayout, _numpy, flatten
-from coded_fl.vocabulary import frame, frame_npy, unframe
+from coded_fl.vocabulary import (
+    FRAME_ARRAY,
+    MSG_KEY,
+    frame,
+    frame_npy,
+    read_frame,
+    read_npy_header,
+    unframe,
+)
 
 DTYPES = (np.float32, np.float64, np.float16, np.dtype(">f4"))
 
@@ -113,6 +121,40 @@ def test_a_truncated_or_foreign_array_falls_back_to_numpy() -> None:
     with pytest.raises(ValueError):
         _numpy(short)  # numpy's own reader refuses it; the view is not taken
     assert _numpy(np.arange(3)).tolist() == [0, 1, 2]
+
+
+def _npy(value: np.ndarray, version: tuple[int, int]) -> bytes:
+    buf = io.BytesIO()
+    np.lib.format.write_array(buf, value, version=version)
+    return buf.getvalue()
+
+
+def test_one_npy_header_reader_serves_the_arrays_and_the_frames() -> None:
+    value = np.arange(6, dtype="<f4").reshape(2, 3)
+    for version in ((1, 0), (2, 0)):
+        data = _npy(value, version)
+        shape, fortran, dtype, offset = read_npy_header(data)
+        assert (shape, fortran, dtype) == ((2, 3), False, np.dtype("<f4"))
+        assert data[offset:] == value.tobytes()
+    v3 = _npy(value, (3, 0))
+    for bad in (v3, b"", b"\x93NUMPY", b"not npy at all", _npy(value, (1, 0))[:20]):
+        with pytest.raises(ValueError):
+            read_npy_header(bad)
+    # an array stored as npy 3.0 is read by numpy's own reader (a copy), with the same values
+    array = Array(value)
+    v3_array = Array(array.dtype, array.shape, array.stype, v3)
+    assert np.array_equal(_numpy(v3_array), value)
+    # a frame whose header cannot be read is refused as the peer's fault, never a crash
+    payload = np.frombuffer(b"framed bytes", dtype=np.uint8)
+    for version, ok in (((1, 0), True), ((2, 0), True), ((3, 0), False)):
+        raw = _npy(payload, version)
+        array = Array(dtype="uint8", shape=(payload.size,), stype="numpy.ndarray", data=raw)
+        content = {MSG_KEY: {FRAME_ARRAY: array}}
+        if ok:
+            assert read_frame(content, MSG_KEY) == b"framed bytes"
+        else:
+            with pytest.raises(RemoteProtocolError, match="npy header"):
+                read_frame(content, MSG_KEY)
 
 
 @pytest.mark.parametrize("sizes", [[0], [1], [3, 0, 5], [100_000, 7]])
