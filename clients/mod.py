@@ -239,7 +239,8 @@ def _handle(
         except ConfigurationError as exc:  # a setting the server must hear about, typed
             return _reply(msg, misconfigured(proto, str(exc)))
         info["train-seconds"] = time.perf_counter() - t0
-        reply: ProtocolMessage = machine.upload(out, partials)
+        digest = _model_digest(msg) if out.aligned else b""
+        reply: ProtocolMessage = machine.upload(out, partials, model_digest=digest)
     else:
         reply = out
     if isinstance(proto, KeyRequest):
@@ -258,6 +259,20 @@ def _seed_everything(seed: int) -> None:
         torch.default_generator.manual_seed(seed)
     np.random.seed(seed % 2**32)
     random.seed(seed)
+
+
+def _model_digest(msg: Message) -> bytes:
+    """SHA-256 of the model as the silo was sent it (each array's name and npy bytes, in name
+    order; no copy): a group mask is bound to it, so replicas sent different models for one
+    round never share a mask."""
+    spec = TrainSpec.from_dict(dict(msg.content[TRAIN_KEY].items()))
+    h = hashlib.sha256(b"coded-fl/v2/model")
+    record = msg.content.array_records[spec.arrays_key]
+    for name in sorted(record):
+        raw, data = name.encode(), record[name].data
+        h.update(len(raw).to_bytes(4, "little") + raw + len(data).to_bytes(8, "little"))
+        h.update(data)
+    return h.digest()
 
 
 @functools.cache

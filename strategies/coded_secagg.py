@@ -88,6 +88,12 @@ class CodedSecAgg(Strategy):
         Train metrics to aggregate securely (weighted by the sample weights).
     code
         ``"auto"``, ``"polynomial"`` or ``"repetition"``.
+    masking
+        ``"shares"`` (default): secret-shared masks, two round trips per round.
+        ``"aligned"``: group-aligned masks (the repetition code only): once the silos' edge
+        keys are dealt (through the first two rounds' uploads) a round takes one round trip,
+        like plain FedAvg, and the server needs no recovery stage whoever straggles
+        (``docs/protocol.md``, "One round trip with group-aligned masks").
     extra_replies, extra_wait
         Wait up to ``extra_wait`` seconds for ``extra_replies`` uploads beyond n - s, to check
         that replicas agree (1 detects, 2 names the silo).
@@ -123,6 +129,7 @@ class CodedSecAgg(Strategy):
         max_weight: float | None = None,
         metric_keys: Iterable[str] = (),
         code: str = "auto",
+        masking: str = "shares",
         extra_replies: int = 0,
         extra_wait: float = 2.0,
         headroom_bits: int = 8,
@@ -170,6 +177,7 @@ class CodedSecAgg(Strategy):
         self.adaptive_clip = bool(adaptive_clip)
         self.scale = scale
         self.code = code
+        self.masking = masking
         self.extra_replies = extra_replies
         self.extra_wait = float(extra_wait)
         self.headroom_bits = headroom_bits
@@ -255,6 +263,7 @@ class CodedSecAgg(Strategy):
             clip_range=self.clip_range,
             scale=self.scale,
             code=self.code,
+            masking=self.masking,
             extra_replies=self.extra_replies,
             headroom_bits=self.headroom_bits,
             run_id=run_id,

@@ -307,6 +307,11 @@ class RoundDriver:
         out = machine.close_collection()
         if isinstance(out, RoundAborted):
             return self._aborted(report, out, t0)
+        if not out:  # a group-masked round: the masks cancel, nothing to recover
+            res = machine.finish()
+            if isinstance(res, RoundAborted):
+                return self._aborted(report, res, t0)
+            return self.apply(report, res, t0, arrays, train_msgs[0])
         rec_msgs = [flower_message(st.node_of[q.recipient], q) for q in out]
         rids = ex.push(rec_msgs, stage="recovery", round_=r)
         report.round_trips = 2

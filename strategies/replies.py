@@ -8,12 +8,13 @@ recorded under its index; it never ends the run.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 
 from flwr.app import Message, MessageType, RecordDict
 
 from coded_fl.errors import CodedFLError, RemoteProtocolError
-from coded_fl.secagg.messages import Limits, Refusal, RefusalCode
+from coded_fl.secagg.messages import Limits, Refusal, RefusalCode, Upload
 from coded_fl.secagg.messages import Message as ProtocolMessage
 from coded_fl.secagg.server import ServerStage
 from coded_fl.vocabulary import MSG_KEY
@@ -167,10 +168,18 @@ def late_reply(state: RunState, late: LateReply, reply: Message) -> None:
             if report.round == late.round:
                 report.errors.update(state.late_errors.pop(late.round))
         return
-    try:  # one read: the header says the type, and only a refusal's body is decoded
-        msg = message_from(reply.content, expect=(Refusal,), limits=Limits.for_config(state.config))
+    # one read: the header says the type; a refusal's body is decoded, and with group-aligned
+    # masks a late upload's too (a straggler still confirms and deals edge keys)
+    expect: tuple[type, ...] = (Refusal, Upload) if state.config.aligned else (Refusal,)
+    try:
+        msg = message_from(reply.content, expect=expect, limits=Limits.for_config(state.config))
     except CodedFLError:
         return  # a late upload, or a late reply that cannot be read, changes nothing
+    if isinstance(msg, Upload):
+        if msg.sender == silo:
+            with contextlib.suppress(CodedFLError):  # refused as late; its edge fields kept
+                state.machine.receive(msg)
+        return
     if (
         isinstance(msg, Refusal)
         and msg.sender == silo

@@ -1,8 +1,10 @@
 """Coded secure aggregation: gradient coding + LightSecAgg-style masking, as sans-IO machines.
 
 The server learns only the sum of all partitions' quantized updates, from the first
-max(n - s, U) uploads, in two round trips per round (keys are agreed once per run). See
-``docs/protocol.md`` for the threat model, the guarantees, the message flow and the costs.
+max(n - s, U) uploads, in two round trips per round (keys are agreed once per run), or with
+``masking="aligned"`` (the repetition code) in one round trip once the silos' edge keys are
+dealt (:mod:`coded_fl.secagg.aligned`). See ``docs/protocol.md`` for the threat model, the
+guarantees, the message flow and the costs.
 """
 
 from coded_fl.secagg.client import ClientMachine, ClientStage, TrainTask

@@ -1,8 +1,8 @@
-"""Group-aligned masks: the masking layer of a one-round-trip coded round (design stage).
+"""Group-aligned masks: the masking of a one-round-trip coded round (``masking="aligned"``).
 
-**Status.** This module is the framework-free core of the design in ``docs/protocol.md``
-(section "Next: one round trip with group-aligned masks"). The silo and server machines do not
-use it yet: a round still runs LightSecAgg-style masking in two round trips.
+The machines use it when the run's configuration says ``masking="aligned"``
+(``docs/protocol.md``, "One round trip with group-aligned masks"): the edge keys are dealt
+through the first rounds' messages, then every round is group-masked.
 
 **Idea.** With the repetition code the server decodes from one reply per silo group, and every
 member i of group q sends the same combination :math:`G_q` (the sum of the group's partition
@@ -46,6 +46,7 @@ round for the same request and model is the same upload.
 from __future__ import annotations
 
 import hashlib
+import hmac
 import os
 import struct
 from collections.abc import Mapping, Sequence
@@ -63,9 +64,11 @@ from coded_fl.prg import SEED_BYTES, MaskStream
 __all__ = [
     "EDGE_KEY_BYTES",
     "EDGE_PURPOSE",
+    "EDGE_TAG_BYTES",
     "Edge",
     "edge_dealer",
     "edge_seed",
+    "edge_tag",
     "group_mask",
     "incident",
     "mask_context",
@@ -82,6 +85,9 @@ EDGE_KEY_BYTES = 32
 #: The sealing purpose of a dealt edge key (never the purpose of a mask share).
 EDGE_PURPOSE = b"group-edge-key"
 _SEED_INFO = b"coded-fl/v2/aligned-mask"
+_TAG_LABEL = b"coded-fl/v2/edge-confirm"
+#: Bytes of an edge key's confirmation tag.
+EDGE_TAG_BYTES = 8
 _CONTEXT_LABEL = b"coded-fl/v2/aligned-context"
 
 
@@ -265,6 +271,27 @@ def open_edge_key(
             f"edge key {edge} has {len(raw)} bytes, expected {EDGE_KEY_BYTES}", sender=dealer
         )
     return raw
+
+
+def edge_tag(edge_key: bytes, *, run_id: bytes, edge: Edge) -> bytes:
+    """A short key-confirmation tag of an edge key: the members of the edge's groups send it
+    with their uploads, and the server starts group-masked rounds only when every member
+    reports the same tag for every edge at its group (it learns nothing about the key).
+
+    Parameters
+    ----------
+    edge_key
+        The edge's key.
+    run_id, edge
+        What the tag is bound to.
+
+    Returns
+    -------
+    bytes
+        :data:`EDGE_TAG_BYTES` bytes of HMAC-SHA256.
+    """
+    msg = _TAG_LABEL + struct.pack("<QI", _edge_counter(edge), len(run_id)) + run_id
+    return hmac.new(edge_key, msg, hashlib.sha256).digest()[:EDGE_TAG_BYTES]
 
 
 def mask_context(request: bytes, model: bytes) -> bytes:

@@ -18,6 +18,13 @@ Theory of operation (see ``docs/protocol.md`` for the whole protocol):
    key-confirms) each share, answers at most once per round, and returns the weighted sums of
    the shares -> ``RecoveryReply``.
 
+With ``masking="aligned"`` (:mod:`coded_fl.secagg.aligned`) a TrainRequest may also relay edge
+keys sealed for this silo and ask it to deal edge keys to other members of its edges' groups
+(both checked against the public groups before anything changes); the upload carries the dealt
+keys and a confirmation tag per edge key held. In a group-masked round (``aligned`` in the
+request) the upload is the coded update under the group mask alone: no shares, and no
+recovery request follows.
+
 One entry point, :meth:`ClientMachine.receive`, dispatches through a transition table
 ``(stage, message type) -> handler``; a pair not in the table is refused with
 :class:`RemoteProtocolError`. In stage NEW a train or recovery request raises
@@ -36,12 +43,13 @@ The state (keys included) round-trips through :meth:`to_bytes` / :meth:`from_byt
 ClientApp can keep it in ``context.state`` between messages. It never leaves the silo.
 
 Length: one state machine: its handlers, the upload and the persistence share the machine's
-private state (about 540 lines of code; the key derivation of seed-derived shares lives in
+private state (about 640 lines of code; the key derivation of seed-derived shares lives in
 :mod:`coded_fl.secagg.derive`, the interpolation in :mod:`coded_fl.secagg.sharing`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from collections.abc import Callable, Sequence
@@ -65,6 +73,15 @@ from coded_fl.errors import (
 from coded_fl.pipeline import encode_upload
 from coded_fl.prg import Entropy, MaskStream, fresh_seed
 from coded_fl.quantize import QuantizationStats, RoundingKey
+from coded_fl.secagg.aligned import (
+    EDGE_KEY_BYTES,
+    edge_tag,
+    group_mask,
+    incident,
+    mask_context,
+    open_edge_key,
+    seal_edge_key,
+)
 from coded_fl.secagg.config import ProtocolConfig
 from coded_fl.secagg.derive import (
     CONFIRM_BYTES,
@@ -135,6 +152,10 @@ class TrainTask:
     rounding_keys: tuple[RoundingKey, ...]
     #: :func:`~coded_fl.secagg.derive.request_digest` of the TrainRequest (binds the shares)
     request: bytes = b""
+    #: the round uses the group-aligned mask (one round trip; ``masking="aligned"``)
+    aligned: bool = False
+    #: edge keys to seal in the upload, as the request asked: (q, h, recipient)
+    deal: tuple[tuple[int, int, int], ...] = ()
 
 
 #: What :meth:`ClientMachine.receive` returns.
@@ -264,6 +285,7 @@ class ClientMachine:
         self.floor = 0
         self._pairwise: dict[tuple[bytes, int, bytes], bytes] = {}
         self.uploaded: tuple[int, ...] = ()  # rounds uploaded (a second upload is refused)
+        self.edge_keys: dict[tuple[int, int], bytes] = {}  # masking="aligned": secret
         self.stats = QuantizationStats()
         # in stage NEW a train or recovery request meets _check_header, which raises NeedsKeysError
         keyed = (
@@ -441,7 +463,7 @@ class ClientMachine:
         if not same_run:  # a new run (or the first): fresh keys, fresh counters
             self._keys = KeyPair.from_private_bytes(fresh_seed(self._entropy))
             self.config, self.silo = cfg, msg.recipient
-            self.roster, self._pairwise = {}, {}
+            self.roster, self._pairwise, self.edge_keys = {}, {}, {}
             self.round = self.recovered_round = self.floor = 0
             self.trained = self.uploaded = ()
             self.stage = ClientStage.KEYED
@@ -500,16 +522,103 @@ class ClientMachine:
                 f"roster has {len(roster)} silos, fewer than the {cfg.min_uploads} a round needs",
                 sender=SERVER,
             )
-        task = self._task_for(msg.round, request_digest(cfg.digest, msg.round, msg.roster))
+        edge_keys, deal = self._edge_requests(cfg, silo, msg, roster)
+        if msg.aligned:
+            missing = [
+                e
+                for e, _ in incident(cfg.mask_edges, cfg.group_code.group_of(silo))
+                if e not in edge_keys
+            ]
+            if missing:  # a straggler this round; the server relays its keys until confirmed
+                raise RemoteProtocolError(
+                    f"a group-masked round, but this silo lacks the keys of mask-graph edge(s) "
+                    f"{missing}: relay them with the request (they are being dealt)",
+                    sender=SERVER,
+                )
+        task = dataclasses.replace(
+            self._task_for(msg.round, request_digest(cfg.digest, msg.round, msg.roster)),
+            aligned=msg.aligned,
+            deal=deal,
+        )
         trained = sorted({*self.trained, msg.round})
         if len(trained) > MAX_UNVERIFIED_ROUNDS:  # forget the oldest: refuse up to it from now
             self.floor = max(self.floor, trained.pop(0))
         self.trained = tuple(trained)
         self.roster = roster
+        self.edge_keys = edge_keys
         self.round = msg.round
         self.stage = ClientStage.TRAINING
         self._task = task
         return task
+
+    def _edge_requests(
+        self, cfg: ProtocolConfig, silo: int, msg: TrainRequest, roster: dict[int, bytes]
+    ) -> tuple[dict[tuple[int, int], bytes], tuple[tuple[int, int, int], ...]]:
+        """The edge keys this silo holds once ``msg``'s relayed keys are opened, and its deal
+        instructions, after checking both: an edge of the mask graph at this silo's group, a
+        dealer and a recipient that are members of the edge's two groups and in the roster.
+        A server cannot have a key sealed to a silo outside the edge (that silo could then
+        unmask a group). Nothing changes here; the caller commits."""
+        if not cfg.aligned:
+            if msg.aligned or msg.edge_keys or msg.deal:
+                raise RemoteProtocolError(
+                    "group-mask fields in a run without masking='aligned'", sender=SERVER
+                )
+            return self.edge_keys, ()
+        groups = cfg.group_code.groups
+        edges = set(cfg.mask_edges)
+
+        def members(e: tuple[int, int], who: int, what: str) -> None:
+            if e not in edges:
+                raise RemoteProtocolError(f"{what}: {e} is not a mask-graph edge", sender=SERVER)
+            inside = {*groups[e[0]], *groups[e[1]]}
+            if silo not in inside or who not in inside or who == silo:
+                raise RemoteProtocolError(
+                    f"{what}: edge {e} joins silos {sorted(inside)}; silo {who} and this silo "
+                    f"{silo} must be two of them",
+                    sender=SERVER,
+                )
+            if who not in roster:
+                raise RemoteProtocolError(f"{what}: silo {who} is not in the roster", sender=SERVER)
+
+        held = dict(self.edge_keys)
+        for dealer, q, h, box in msg.edge_keys:
+            members((q, h), dealer, "a relayed edge key")
+            held[(q, h)] = open_edge_key(
+                self._key_for(dealer, roster),
+                box,
+                run_id=cfg.run_bytes,
+                dealer=dealer,
+                recipient=silo,
+                edge=(q, h),
+            )
+        for q, h, recipient in msg.deal:
+            members((q, h), recipient, "a deal instruction")
+        return held, tuple(msg.deal)
+
+    def _deal(
+        self, cfg: ProtocolConfig, silo: int, task: TrainTask
+    ) -> tuple[dict[tuple[int, int], bytes], tuple[tuple[int, int, int, bytes], ...]]:
+        """The edge keys after dealing ``task.deal`` (a key this silo lacks is made now) and
+        the sealed boxes."""
+        keys = dict(self.edge_keys)
+        boxes = []
+        for q, h, recipient in task.deal:
+            key = keys.get((q, h))
+            if key is None:
+                key = keys[(q, h)] = bytes(self._entropy(EDGE_KEY_BYTES))
+                if len(key) != EDGE_KEY_BYTES:
+                    raise InputError(f"the entropy source must return {EDGE_KEY_BYTES} bytes")
+            box = seal_edge_key(
+                self._key_for(recipient),
+                key,
+                run_id=cfg.run_bytes,
+                dealer=silo,
+                recipient=recipient,
+                edge=(q, h),
+            )
+            boxes.append((recipient, q, h, box))
+        return keys, tuple(boxes)
 
     def upload(
         self, task: TrainTask, partials: Sequence[torch.Tensor], *, model_digest: bytes = b""
@@ -536,11 +645,48 @@ class ClientMachine:
             raise LocalProtocolError(
                 f"{len(partials)} partial updates for {len(task.partitions)} partitions"
             )
+        edge_keys, dealt = self._deal(cfg, silo, task)
+        confirms = tuple(
+            (q, h, edge_tag(key, run_id=cfg.run_bytes, edge=(q, h)))
+            for (q, h), key in sorted(edge_keys.items())
+        )
+        if task.aligned:
+            masked = self._aligned_upload(cfg, silo, task, partials, bytes(model_digest))
+            shared: dict[str, Any] = {}
+        else:
+            masked, shared = self._shared_upload(cfg, silo, task, partials, bytes(model_digest))
+        # The recovery needs no per-round state (a node that processes two messages at once,
+        # as Flower's simulation engine does, could overwrite it with a stale copy): derived
+        # shares, this silo's own included, are recomputed from keys and the relayed context.
+        self.edge_keys = edge_keys
+        self.stage = ClientStage.UPLOADED
+        self.uploaded = tuple(sorted({*self.uploaded, task.round}))[-MAX_UNVERIFIED_ROUNDS:]
+        return Upload(
+            digest=cfg.digest,
+            round=task.round,
+            sender=silo,
+            recipient=SERVER,
+            masked=masked,
+            dealt=dealt,
+            confirms=confirms,
+            **shared,
+        )
+
+    def _shared_upload(
+        self,
+        cfg: ProtocolConfig,
+        silo: int,
+        task: TrainTask,
+        partials: Sequence[torch.Tensor],
+        model_digest: bytes,
+    ) -> tuple[torch.Tensor, dict[str, Any]]:
+        """The coded update under a secret-shared mask, and the Upload's share fields: the
+        context, the derived shares' tags and the sealed shares."""
         sharing = cfg.sharing
         nonce = self._entropy(NONCE_BYTES)
         if not isinstance(nonce, bytes) or len(nonce) != NONCE_BYTES:
             raise InputError(f"the entropy source must return exactly {NONCE_BYTES} bytes")
-        context = share_context(task.request, bytes(model_digest), nonce=nonce)
+        context = share_context(task.request, model_digest, nonce=nonce)
         members = sorted(self.roster)
         derived = sharing.derived_set(silo, members)
         # derived straight into the rows (numpy: no torch copy, whose intra-op threads stall
@@ -553,15 +699,7 @@ class ClientMachine:
         values = torch.from_numpy(rows)
         others = tuple(j for j in members if j not in derived)
         mask, shares = sharing.complete(derived, values, others)
-        masked = encode_upload(
-            [g.reshape(-1) for g in partials],
-            list(task.coefficients),
-            list(task.rounding_keys),
-            cfg.quantization,
-            cfg.field,
-            mask=mask,
-            stats=self.stats,
-        )
+        masked = self._encode(cfg, task, partials, mask)
         sealed = tuple(
             (
                 j,
@@ -577,20 +715,47 @@ class ClientMachine:
             )
             for row, j in enumerate(others)
         )
-        # The recovery needs no per-round state (a node that processes two messages at once,
-        # as Flower's simulation engine does, could overwrite it with a stale copy): derived
-        # shares, this silo's own included, are recomputed from keys and the relayed context.
-        self.stage = ClientStage.UPLOADED
-        self.uploaded = tuple(sorted({*self.uploaded, task.round}))[-MAX_UNVERIFIED_ROUNDS:]
-        return Upload(
-            digest=cfg.digest,
-            round=task.round,
-            sender=silo,
-            recipient=SERVER,
-            masked=masked,
-            shares=sealed,
-            context=context,
-            tags=tuple(tags),
+        return masked, {"shares": sealed, "context": context, "tags": tuple(tags)}
+
+    def _aligned_upload(
+        self,
+        cfg: ProtocolConfig,
+        silo: int,
+        task: TrainTask,
+        partials: Sequence[torch.Tensor],
+        model_digest: bytes,
+    ) -> torch.Tensor:
+        """The coded update under the group mask r_i zeta_q (no shares: they cancel in the
+        decode for every survivor set), bound to the request and the model."""
+        mask = group_mask(
+            self.edge_keys,
+            cfg.mask_edges,
+            cfg.group_code.group_of(silo),
+            length=cfg.vector_length,
+            field=cfg.field,
+            run_id=cfg.run_bytes,
+            round_=task.round,
+            context=mask_context(task.request, model_digest),
+            scale=task.coefficients[0],
+        )
+        return self._encode(cfg, task, partials, torch.from_numpy(mask))
+
+    def _encode(
+        self,
+        cfg: ProtocolConfig,
+        task: TrainTask,
+        partials: Sequence[torch.Tensor],
+        mask: torch.Tensor,
+    ) -> torch.Tensor:
+        """Quantize, encode with the silo's code row and add ``mask``: one fused pass."""
+        return encode_upload(
+            [g.reshape(-1) for g in partials],
+            list(task.coefficients),
+            list(task.rounding_keys),
+            cfg.quantization,
+            cfg.field,
+            mask=mask,
+            stats=self.stats,
         )
 
     # ------------------------------------------------------------------ 3. recovery
@@ -716,6 +881,7 @@ class ClientMachine:
             "trained": list(self.trained),
             "uploaded": list(self.uploaded),
             "floor": self.floor,
+            "edges": [[q, h, k.hex()] for (q, h), k in sorted(self.edge_keys.items())],
             "task": None,
         }
         task = getattr(self, "_task", None)
@@ -767,6 +933,7 @@ class ClientMachine:
             m.floor = int(state.get("floor", m.round))
             m.trained = tuple(int(r) for r in state.get("trained", ()))
             m.uploaded = tuple(int(r) for r in state.get("uploaded", ()))
+            m.edge_keys = {(int(q), int(h)): bytes.fromhex(k) for q, h, k in state.get("edges", ())}
         except (ValueError, KeyError, TypeError, RemoteProtocolError) as exc:
             raise LocalProtocolError(
                 f"stored client state is unreadable: {type(exc).__name__}"

@@ -14,9 +14,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from coded_fl.codes import GradientCode, make_code
+from coded_fl.codes.repetition import GroupCode
 from coded_fl.errors import ConfigurationError, RemoteProtocolError
 from coded_fl.field import PrimeField
 from coded_fl.quantize import QuantizationConfig
+from coded_fl.secagg.aligned import mask_graph
 from coded_fl.secagg.sharing import MaskSharing
 
 __all__ = ["ProtocolConfig"]
@@ -66,6 +68,10 @@ class ProtocolConfig:
     session
         Distinguishes two protocol sessions of the same run (e.g. two ``start`` calls): part
         of the digest and of every key, so a silo starts afresh (new keys, round counter).
+    masking
+        ``"shares"`` (LightSecAgg-style secret-shared masks, two round trips per round) or
+        ``"aligned"`` (group-aligned masks, one round trip once the edge keys are dealt;
+        the repetition code only: :mod:`coded_fl.secagg.aligned`).
     """
 
     num_silos: int
@@ -83,6 +89,7 @@ class ProtocolConfig:
     run_id: str = "run"
     session: str = ""
     nonfinite: str = "raise"
+    masking: str = "shares"
     _derived: dict[str, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -128,6 +135,17 @@ class ProtocolConfig:
                 f"code={self.code!r} is approximate; secure aggregation needs an exact code: "
                 "use code='auto', 'polynomial' or 'repetition'"
             )
+        if self.masking not in ("shares", "aligned"):
+            raise ConfigurationError(f"masking must be 'shares' or 'aligned', got {self.masking!r}")
+        edges: tuple[tuple[int, int], ...] = ()
+        if self.masking == "aligned":
+            if not isinstance(code, GroupCode):
+                raise ConfigurationError(
+                    f"masking='aligned' needs the repetition code (code='auto' picks it when "
+                    f"it exists, or code='repetition'); code={code.kind!r} mixes replicas: use "
+                    "masking='shares'"
+                )
+            edges = mask_graph(len(code.groups), t)
         if self.scale is None:
             quant = QuantizationConfig.for_summands(
                 code.K,
@@ -145,7 +163,9 @@ class ProtocolConfig:
                 nonfinite=self.nonfinite,  # type: ignore[arg-type]
             )
         sharing = MaskSharing(n=n, privacy=t, threshold=u, length=self.vector_length, field=fld)
-        self._derived.update(field=fld, code=code, quantization=quant, sharing=sharing, U=u)
+        self._derived.update(
+            field=fld, code=code, quantization=quant, sharing=sharing, U=u, edges=edges
+        )
 
     # ------------------------------------------------------------------ derived objects
     @property
@@ -167,6 +187,31 @@ class ProtocolConfig:
     def sharing(self) -> MaskSharing:
         """The mask sharing: U pieces, T of them noise, one share per silo."""
         return self._derived["sharing"]
+
+    @property
+    def mask_edges(self) -> tuple[tuple[int, int], ...]:
+        """With ``masking="aligned"``: the mask graph over the code's silo groups
+        (:func:`~coded_fl.secagg.aligned.mask_graph`); empty otherwise."""
+        return self._derived["edges"]
+
+    @property
+    def group_code(self) -> GroupCode:
+        """The repetition code, whose silo groups the aligned masks follow.
+
+        Raises
+        ------
+        ConfigurationError
+            If the run does not use ``masking="aligned"``.
+        """
+        code = self.gradient_code
+        if not self.aligned or not isinstance(code, GroupCode):
+            raise ConfigurationError("silo groups exist with masking='aligned' only")
+        return code
+
+    @property
+    def aligned(self) -> bool:
+        """Whether rounds use group-aligned masks once the edge keys are dealt."""
+        return self.masking == "aligned"
 
     @property
     def U(self) -> int:
@@ -224,6 +269,7 @@ class ProtocolConfig:
             "session": self.session,
             "nonfinite": self.nonfinite,
             "headroom_bits": self.headroom_bits,
+            "masking": self.masking,
         }
         return json.dumps(fields, sort_keys=True, separators=(",", ":")).encode()
 
@@ -262,6 +308,14 @@ class ProtocolConfig:
     def describe(self) -> str:
         """The configuration in one line (n, s, T, U, K, d, p, code, share size, upload)."""
         m = self.sharing.piece_length
+        if self.aligned:
+            return (
+                f"n={self.n} s={self.s} T={self.T} K={self.gradient_code.K} "
+                f"d={self.vector_length} p={self.p} code={self.gradient_code.kind} "
+                f"masking=aligned groups={len(self.group_code.groups)} "
+                f"edges={len(self.mask_edges)} upload=1.00x d once the edge keys are dealt "
+                f"(until then shares: {self.upload_elements() / self.vector_length:.2f}x d)"
+            )
         return (
             f"n={self.n} s={self.s} T={self.T} U={self.U} K={self.gradient_code.K} "
             f"d={self.vector_length} p={self.p} code={self.gradient_code.kind} share={m} "

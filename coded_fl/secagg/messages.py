@@ -32,6 +32,7 @@ import torch
 
 from coded_fl.crypto import KEY_BYTES, SEAL_OVERHEAD
 from coded_fl.errors import InputError, RemoteProtocolError
+from coded_fl.secagg.aligned import EDGE_KEY_BYTES
 from coded_fl.secagg.derive import CONFIRM_BYTES, CONTEXT_BYTES
 
 if TYPE_CHECKING:
@@ -62,7 +63,7 @@ __all__ = [
 ]
 
 MAGIC = b"CFL"
-VERSION = 2  # 2: seed-derived mask shares (context, tags, tokens)
+VERSION = 3  # 2: seed-derived mask shares (context, tags, tokens); 3: group-aligned masks
 SERVER = -1
 _HEADER = struct.Struct("<3sBB8sQii")
 
@@ -105,10 +106,20 @@ class KeyReply(Message):
 
 @dataclass(frozen=True)
 class TrainRequest(Message):
-    """Server -> silo: start round ``round``; ``roster`` is (silo, public key) of every member."""
+    """Server -> silo: start round ``round``; ``roster`` is (silo, public key) of every member.
+
+    With ``masking="aligned"`` (:mod:`coded_fl.secagg.aligned`): ``aligned`` says whether this
+    round uses the group masks (one round trip) or the shared masks; ``edge_keys`` relays the
+    edge keys other silos sealed for this one, as (dealer, q, h, box); ``deal`` asks this silo
+    to seal its key of edge (q, h) for ``recipient`` in its upload, as (q, h, recipient) (a
+    dealer without the key makes it first).
+    """
 
     TYPE: ClassVar[int] = 3
     roster: tuple[tuple[int, bytes], ...] = ()
+    aligned: bool = False
+    edge_keys: tuple[tuple[int, int, int, bytes], ...] = ()
+    deal: tuple[tuple[int, int, int], ...] = ()
 
 
 @dataclass(frozen=True, eq=False)
@@ -122,6 +133,10 @@ class Upload(Message):
     shares: tuple[tuple[int, bytes], ...] = ()
     context: bytes = b""
     tags: tuple[tuple[int, bytes], ...] = ()
+    #: edge keys sealed as the request's ``deal`` asked: (recipient, q, h, box)
+    dealt: tuple[tuple[int, int, int, bytes], ...] = ()
+    #: one key-confirmation tag per edge key the silo holds: (q, h, tag)
+    confirms: tuple[tuple[int, int, bytes], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -227,6 +242,10 @@ class Limits:
         4 m + 16: the size of every sealed share.
     public_key_bytes
         32: the size of every X25519 public key.
+    edges
+        The mask graph's edges (``masking="aligned"``; 0 otherwise): a request relays and an
+        upload confirms at most that many edge keys, and a ``deal`` or ``dealt`` list has at
+        most that many times n entries.
     """
 
     silos: int
@@ -236,6 +255,7 @@ class Limits:
     piece_length: int
     sealed_share_bytes: int
     public_key_bytes: int = KEY_BYTES
+    edges: int = 0
 
     @classmethod
     def for_config(cls, cfg: ProtocolConfig) -> Limits:
@@ -258,6 +278,7 @@ class Limits:
             vector_length=cfg.vector_length,
             piece_length=m,
             sealed_share_bytes=4 * m + SEAL_OVERHEAD,
+            edges=len(cfg.mask_edges),
         )
 
 
@@ -347,6 +368,10 @@ def _encode(msg: Message) -> list[bytes | memoryview]:
     elif isinstance(msg, TrainRequest):
         parts.append(struct.pack("<I", len(msg.roster)))
         parts += [struct.pack("<i", s) + _blob(k) for s, k in msg.roster]
+        parts.append(struct.pack("<BI", int(bool(msg.aligned)), len(msg.edge_keys)))
+        parts += [struct.pack("<iII", d, q, h) + _blob(b) for d, q, h, b in msg.edge_keys]
+        parts.append(struct.pack("<I", len(msg.deal)))
+        parts += [struct.pack("<IIi", q, h, r) for q, h, r in msg.deal]
     elif isinstance(msg, Upload):
         masked = _vector_bytes(msg.masked)
         parts += [struct.pack("<I", masked.nbytes), masked]
@@ -355,6 +380,10 @@ def _encode(msg: Message) -> list[bytes | memoryview]:
         parts += [struct.pack("<i", r) + _blob(c) for r, c in msg.tags]
         parts.append(struct.pack("<I", len(msg.shares)))
         parts += [struct.pack("<i", r) + _blob(c) for r, c in msg.shares]
+        parts.append(struct.pack("<I", len(msg.dealt)))
+        parts += [struct.pack("<iII", r, q, h) + _blob(b) for r, q, h, b in msg.dealt]
+        parts.append(struct.pack("<I", len(msg.confirms)))
+        parts += [struct.pack("<II", q, h) + _blob(t) for q, h, t in msg.confirms]
     elif isinstance(msg, RecoveryRequest):
         n = len(msg.survivors)
         tokens = msg.tokens or (b"",) * n
@@ -551,6 +580,8 @@ def decode(buf: bytes | bytearray | memoryview, *, limits: Limits | None = None)
     share_size = None if lim is None else lim.sealed_share_bytes
     tag_size = None if lim is None else CONFIRM_BYTES
     silos = None if lim is None else lim.silos
+    edges = None if lim is None else lim.edges
+    box_size = None if lim is None else EDGE_KEY_BYTES + SEAL_OVERHEAD
     msg: Message
     if cls is KeyRequest:
         (size,) = r.unpack("<I")
@@ -564,7 +595,22 @@ def decode(buf: bytes | bytearray | memoryview, *, limits: Limits | None = None)
     elif cls is TrainRequest:
         n = r.count(8, silos, "roster")
         roster = tuple((r.unpack("<i")[0], r.blob(key_size, "public key")) for _ in range(n))
-        msg = TrainRequest(**head, roster=roster)
+        (flag,) = r.unpack("<B")
+        if flag > 1:
+            raise RemoteProtocolError(f"aligned flag {flag} is not 0 or 1")
+        n = r.count(16, edges, "relayed edge keys")
+        edge_keys = tuple(
+            (*r.unpack("<iII"), r.blob(box_size, "sealed edge key")) for _ in range(n)
+        )
+        n = r.count(12, None if edges is None else edges * lim.silos, "deal")  # type: ignore[union-attr]
+        deal = tuple(r.unpack("<IIi") for _ in range(n))
+        msg = TrainRequest(
+            **head,
+            roster=roster,
+            aligned=bool(flag),
+            edge_keys=edge_keys,  # type: ignore[arg-type]
+            deal=deal,  # type: ignore[arg-type]
+        )
     elif cls is Upload:
         (nbytes,) = r.unpack("<I")
         if nbytes % 4:
@@ -574,12 +620,28 @@ def decode(buf: bytes | bytearray | memoryview, *, limits: Limits | None = None)
                 f"masked vector has {nbytes // 4} elements, expected {lim.vector_length}"
             )
         masked = r.vector(nbytes // 4)
-        context = r.blob(None if lim is None else CONTEXT_BYTES, "share context")
+        context = r.blob(None, "share context")
+        if lim is not None and len(context) not in (0, CONTEXT_BYTES):  # 0: a group-masked round
+            raise RemoteProtocolError(
+                f"share context has {len(context)} bytes, expected {CONTEXT_BYTES} (or none)"
+            )
         n = r.count(8, silos, "tags")
         tags = tuple((r.unpack("<i")[0], r.blob(tag_size, "confirmation tag")) for _ in range(n))
         n = r.count(8, silos, "shares")
         shares = tuple((r.unpack("<i")[0], r.blob(share_size, "sealed share")) for _ in range(n))
-        msg = Upload(**head, masked=masked, shares=shares, context=context, tags=tags)
+        n = r.count(16, None if edges is None else edges * lim.silos, "dealt edge keys")  # type: ignore[union-attr]
+        dealt = tuple((*r.unpack("<iII"), r.blob(box_size, "sealed edge key")) for _ in range(n))
+        n = r.count(12, edges, "edge confirmations")
+        confirms = tuple((*r.unpack("<II"), r.blob(tag_size, "edge tag")) for _ in range(n))
+        msg = Upload(
+            **head,
+            masked=masked,
+            shares=shares,
+            context=context,
+            tags=tags,
+            dealt=dealt,  # type: ignore[arg-type]
+            confirms=confirms,  # type: ignore[arg-type]
+        )
     elif cls is RecoveryRequest:
         n, rows = r.unpack("<II")
         # every weight row has one entry per survivor and n - s >= 1, so rows <= |S|

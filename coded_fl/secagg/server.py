@@ -12,6 +12,11 @@ Theory of operation (``docs/protocol.md`` has the whole protocol and its proofs)
   silo or, for a share it derived (the silo is in its derived set), its context and tag.
 - ``receive(RecoveryReply)``; ``recovery_ready`` at U replies; ``finish`` decodes
   :math:`\\sum_k q(g_k) = \\sum_{i\\in S} a_i y_i - \\sum_{i \\in S} a_i z_i` and dequantizes it.
+- ``masking="aligned"`` (:mod:`coded_fl.secagg.aligned`): each TrainRequest may relay sealed
+  edge keys and ask the silo to deal some; each upload confirms the edge keys its silo holds
+  (a late upload too). Once every roster silo confirmed the same key for every edge at its
+  group, rounds are group-masked: ``close_collection`` returns no recovery request (the
+  masks cancel in every weight row) and ``finish`` decodes at once.
 - A round that cannot complete (too few uploads or recovery replies by the driver's deadline,
   replicas that disagree, an aggregate out of range) ends in :class:`RoundAborted` with the
   reason; nothing partial is returned and the machine is ready for the next round.
@@ -52,6 +57,7 @@ from coded_fl.errors import (
     RemoteProtocolError,
 )
 from coded_fl.quantize import dequantize
+from coded_fl.secagg.aligned import EDGE_KEY_BYTES, EDGE_TAG_BYTES, incident
 from coded_fl.secagg.config import ProtocolConfig
 from coded_fl.secagg.derive import CONFIRM_BYTES, CONTEXT_BYTES
 from coded_fl.secagg.messages import (
@@ -69,6 +75,9 @@ from coded_fl.secagg.messages import (
 from coded_fl.secagg.verify import weight_rows
 
 __all__ = ["RoundAborted", "RoundResult", "ServerMachine", "ServerStage"]
+
+#: Rounds whose deal plans are remembered for late uploads.
+_LATE_ROUNDS = 8
 
 
 class ServerStage(str, Enum):
@@ -124,6 +133,9 @@ class _Round:
     excluded: tuple[int, ...] = ()  # convicted silos dropped from S in this round
     barred: frozenset[int] = frozenset()  # convicted in the previous round: upload refused
     masked: torch.Tensor | None = None  # sum_uploads(): the weighted masked sums over S
+    aligned: bool = False  # group-masked round: no recovery stage (masks cancel)
+    # silo -> the (q, h, recipient) deals its TrainRequest asked for (its upload may carry them)
+    deal: dict[int, frozenset[tuple[int, int, int]]] = field(default_factory=dict)
 
 
 class ServerMachine:
@@ -155,6 +167,13 @@ class ServerMachine:
         self.last_round = 0
         self._round: _Round | None = None
         self._bar_next: frozenset[int] = frozenset()  # convicted silos, barred next round
+        # masking="aligned": the edge-key tags each silo last confirmed, and the sealed edge
+        # keys waiting to be relayed to their recipient with its next TrainRequest
+        self._edge_tags: dict[int, dict[tuple[int, int], bytes]] = {}
+        self._relay: dict[int, dict[tuple[int, int], tuple[int, bytes]]] = {}
+        # round -> silo -> the deals its TrainRequest asked for (the last few rounds: a late
+        # upload's edge fields are checked against its own round's)
+        self._deals: dict[int, dict[int, frozenset[tuple[int, int, int]]]] = {}
         self._table: dict[tuple[ServerStage, type[Message]], Callable[[Message], None]] = {
             (ServerStage.KEYS, KeyReply): self._on_key_reply,  # type: ignore[dict-item]
             (ServerStage.COLLECTING, Upload): self._on_upload,  # type: ignore[dict-item]
@@ -183,6 +202,8 @@ class ServerMachine:
         if not 0 <= msg.sender < cfg.n:
             raise RemoteProtocolError(f"unknown sender {msg.sender}", sender=msg.sender)
         handler = self._table.get((self.stage, type(msg)))
+        if isinstance(msg, Upload) and (handler is None or msg.round != self.last_round):
+            self._late_edges(msg)  # a late upload still confirms and deals edge keys
         if handler is None:
             raise RemoteProtocolError(
                 f"{type(msg).__name__} is not expected in stage {self.stage.value} "
@@ -241,6 +262,9 @@ class ServerMachine:
                 "start more SuperNodes or lower num_stragglers / recovery_threshold"
             )
         missing = tuple(sorted(self._asked - set(self._pending_keys)))
+        for silo in self._pending_keys:  # new keys: edge keys dealt to the old ones are gone
+            self._edge_tags.pop(silo, None)
+            self._relay.pop(silo, None)
         self.roster, self._pending_keys = roster, {}
         self.stage = ServerStage.READY
         return missing
@@ -259,14 +283,158 @@ class ServerMachine:
             raise LocalProtocolError(f"round {number} must follow round {self.last_round}")
         cfg = self.config
         roster = tuple(sorted(self.roster.items()))
-        self._round = _Round(number, barred=self._bar_next)
+        aligned = cfg.aligned and self.edges_ready
+        deal = self._deal_plan(number) if cfg.aligned else {}
+        self._round = _Round(number, barred=self._bar_next, aligned=aligned)
+        self._round.deal = {s: frozenset(d) for s, d in deal.items()}
+        self._deals[number] = self._round.deal
+        for old in sorted(self._deals)[:-_LATE_ROUNDS]:
+            del self._deals[old]
         self._bar_next = frozenset()
         self.last_round = number
         self.stage = ServerStage.COLLECTING
+        relay = self._relay  # kept until confirmed: a silo that missed it gets it again
         return [
-            TrainRequest(digest=cfg.digest, round=number, sender=SERVER, recipient=s, roster=roster)
+            TrainRequest(
+                digest=cfg.digest,
+                round=number,
+                sender=SERVER,
+                recipient=s,
+                roster=roster,
+                aligned=aligned,
+                edge_keys=tuple(
+                    (dealer, q, h, box)
+                    for (q, h), (dealer, box) in sorted(relay.get(s, {}).items())
+                ),
+                deal=tuple(sorted(deal.get(s, ()))),
+            )
             for s, _ in roster
         ]
+
+    # ------------------------------------------------------------------ edge keys (aligned)
+    def _edge_members(self, edge: tuple[int, int]) -> list[int]:
+        groups = self.config.group_code.groups
+        return sorted(m for m in {*groups[edge[0]], *groups[edge[1]]} if m in self.roster)
+
+    def _edge_reference(self, edge: tuple[int, int]) -> tuple[int, bytes] | None:
+        """The holder whose key of ``edge`` everyone should have (the smallest member that
+        confirmed one) and its tag; None if no member holds a key yet."""
+        for m in self._edge_members(edge):
+            tag = self._edge_tags.get(m, {}).get(edge)
+            if tag is not None:
+                return m, tag
+        return None
+
+    @property
+    def edges_ready(self) -> bool:
+        """With ``masking="aligned"``: a round can use the group masks (one round trip).
+
+        For every mask-graph edge, the silos that confirmed a key of it all confirmed the same
+        one, and each of the edge's two groups has such a silo. A silo that has not confirmed
+        (a crashed node, or one whose key is on its way) does not hold the round back: if it
+        answers, it opens its relayed keys first, or refuses as needing keys and is rekeyed.
+        """
+        cfg = self.config
+        if not cfg.aligned:
+            return False
+        groups = cfg.group_code.groups
+        for edge in cfg.mask_edges:
+            ref = self._edge_reference(edge)
+            if ref is None:
+                return False
+            tags = {m: self._edge_tags.get(m, {}).get(edge) for m in self._edge_members(edge)}
+            if any(t is not None and t != ref[1] for t in tags.values()):
+                return False
+            if not all(any(tags.get(m) == ref[1] for m in groups[q]) for q in edge):
+                return False
+        return True
+
+    def _deal_plan(self, number: int) -> dict[int, set[tuple[int, int, int]]]:
+        """Silo -> the (q, h, recipient) deals to ask of it: for each edge, its reference
+        holder seals the key for every member that has not confirmed it and has no sealed key
+        on its way. While nobody holds a key, the smallest member that has uploaded since its
+        keys makes one (or, before anyone has, the members take turns by round: a crashed
+        node never stalls an edge)."""
+        plan: dict[int, set[tuple[int, int, int]]] = {}
+        for edge in self.config.mask_edges:
+            members = self._edge_members(edge)
+            if len(members) < 2:
+                continue
+            ref = self._edge_reference(edge)
+            if ref is None:
+                alive = [m for m in members if m in self._edge_tags]
+                dealer, tag = (alive[0] if alive else members[number % len(members)]), None
+            else:
+                dealer, tag = ref
+            for m in members:
+                if m == dealer or edge in self._relay.get(m, {}):  # a box is on its way
+                    continue
+                if tag is not None and self._edge_tags.get(m, {}).get(edge) == tag:
+                    continue
+                plan.setdefault(dealer, set()).add((edge[0], edge[1], m))
+        return plan
+
+    def _late_edges(self, msg: Upload) -> None:
+        """Keep the edge-key confirmations and dealt keys of an upload that came after its
+        round closed (a straggler still holds and deals keys); its vector is not used. An
+        upload of a round not remembered, from outside the roster, or whose edge fields do not
+        check is ignored here (the caller refuses it as late)."""
+        asked = self._deals.get(msg.round)
+        if not self.config.aligned or asked is None or msg.sender not in self.roster:
+            return
+        try:
+            self._check_edge_fields(msg, asked)
+        except RemoteProtocolError:
+            return
+        self._take_edge_fields(msg)
+
+    def _on_edge_fields(self, msg: Upload, rnd: _Round) -> None:
+        self._check_edge_fields(msg, rnd.deal)
+
+    def _check_edge_fields(
+        self, msg: Upload, deal: dict[int, frozenset[tuple[int, int, int]]]
+    ) -> None:
+        """Check an upload's dealt boxes (only the deals its request asked for) and edge
+        confirmations (edges at its group, tags of the right size); raises before any change."""
+        cfg = self.config
+        if not cfg.aligned:
+            if msg.dealt or msg.confirms:
+                raise RemoteProtocolError(
+                    "edge keys in a run without masking='aligned'", sender=msg.sender
+                )
+            return
+        asked = deal.get(msg.sender, frozenset())
+        seen = set()
+        for recipient, q, h, box in msg.dealt:
+            if (q, h, recipient) not in asked or (q, h, recipient) in seen:
+                raise RemoteProtocolError(
+                    f"dealt edge key {(q, h)} for silo {recipient} was not asked for",
+                    sender=msg.sender,
+                )
+            seen.add((q, h, recipient))
+            if len(box) != EDGE_KEY_BYTES + SEAL_OVERHEAD:
+                raise RemoteProtocolError("a sealed edge key has the wrong size", sender=msg.sender)
+        mine = {e for e, _ in incident(cfg.mask_edges, cfg.group_code.group_of(msg.sender))}
+        edges = [(q, h) for q, h, _ in msg.confirms]
+        if len(set(edges)) != len(edges) or not set(edges) <= mine:
+            raise RemoteProtocolError(
+                f"edge confirmations must name distinct edges at its group, got {edges}",
+                sender=msg.sender,
+            )
+        if any(len(t) != EDGE_TAG_BYTES for _, _, t in msg.confirms):
+            raise RemoteProtocolError(
+                f"an edge confirmation is not {EDGE_TAG_BYTES} bytes", sender=msg.sender
+            )
+
+    def _take_edge_fields(self, msg: Upload) -> None:
+        if not self.config.aligned:
+            return
+        self._edge_tags[msg.sender] = {(q, h): bytes(t) for q, h, t in msg.confirms}
+        pending = self._relay.get(msg.sender, {})
+        for edge in self._edge_tags[msg.sender]:  # confirmed: no need to relay it again
+            pending.pop(edge, None)
+        for recipient, q, h, box in msg.dealt:
+            self._relay.setdefault(recipient, {})[(q, h)] = (msg.sender, bytes(box))
 
     def _on_upload(self, msg: Upload) -> None:
         rnd = self._current()
@@ -290,6 +458,17 @@ class ServerMachine:
                 f"upload has {msg.masked.numel()} elements, expected {cfg.vector_length}",
                 sender=msg.sender,
             )
+        self._on_edge_fields(msg, rnd)
+        if rnd.aligned:
+            if msg.shares or msg.tags or msg.context:
+                raise RemoteProtocolError(
+                    "a group-masked round's upload carries no shares, tags or context",
+                    sender=msg.sender,
+                )
+            self._validate_masked(msg)
+            self._take_edge_fields(msg)
+            rnd.uploads[msg.sender] = msg
+            return
         members = sorted(self.roster)
         derived = cfg.sharing.derived_set(msg.sender, members)
         if [r for r, _ in msg.tags] != list(derived):
@@ -312,11 +491,15 @@ class ServerMachine:
                 f"the share context must be {CONTEXT_BYTES} bytes and every tag {CONFIRM_BYTES}",
                 sender=msg.sender,
             )
+        self._validate_masked(msg)
+        self._take_edge_fields(msg)
+        rnd.uploads[msg.sender] = msg
+
+    def _validate_masked(self, msg: Upload) -> None:
         try:
-            cfg.field.validate(msg.masked, name="masked upload")
+            self.config.field.validate(msg.masked, name="masked upload")
         except ValueError as exc:
             raise RemoteProtocolError(str(exc), sender=msg.sender) from None
-        rnd.uploads[msg.sender] = msg
 
     @property
     def uploads_ready(self) -> bool:
@@ -348,6 +531,9 @@ class ServerMachine:
                 f"needs max(n-s, U) = {cfg.min_uploads} (stragglers tolerated: s={cfg.s})"
             )
         self.stage = ServerStage.RECOVERING
+        if rnd.aligned:  # the group masks cancel in every weight row: nothing to recover
+            rnd.survivors, rnd.weights, rnd.masked = survivors, weight_rows(cfg, survivors), None
+            return []
         return self._recovery_requests(rnd, survivors, survivors)
 
     def _recovery_requests(
@@ -452,7 +638,7 @@ class ServerMachine:
     def recovery_ready(self) -> bool:
         """True once U recovery replies are in: the round can be decoded."""
         rnd = self._round
-        return rnd is not None and len(rnd.replies) >= self.config.U
+        return rnd is not None and (rnd.aligned or len(rnd.replies) >= self.config.U)
 
     @property
     def recovery_stuck(self) -> bool:
@@ -516,7 +702,7 @@ class ServerMachine:
         self._require(ServerStage.RECOVERING)
         rnd = self._current()
         cfg = self.config
-        if len(rnd.replies) < cfg.U:
+        if len(rnd.replies) < cfg.U and not rnd.aligned:
             convicted = self.convicted
             if convicted:
                 self._bar_next = frozenset({*rnd.excluded, *convicted})
@@ -535,12 +721,15 @@ class ServerMachine:
             )
         weights = _weights(rnd)
         F = cfg.field
-        masks = cfg.sharing.decode(rnd.replies)  # (R, d): sum_i w_i z_i per row
         self.sum_uploads()  # a no-op if the driver did it while the replies travelled
         masked = rnd.masked
         if masked is None:  # pragma: no cover - sum_uploads() just set it
             raise LocalProtocolError("no sum of the uploads")
-        sums = F.sub(masked, masks)  # row 0: sum_k q(g_k); rows 1..: parity checks
+        if rnd.aligned:  # the group masks cancel in every row
+            sums = masked
+        else:
+            masks = cfg.sharing.decode(rnd.replies)  # (R, d): sum_i w_i z_i per row
+            sums = F.sub(masked, masks)  # row 0: sum_k q(g_k); rows 1..: parity checks
         e = sums.shape[0] - 1
         quant = cfg.quantization
         res = resolve(F, weights, sums, bound=quant.num_summands * quant.max_abs, radius=e // 2)

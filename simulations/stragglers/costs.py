@@ -243,10 +243,11 @@ class CostModel:
             return 37 + 52 * k + (k - r) * 24 + r * box
 
         sizes = {
-            "train_request": 33 + 40 * n,
+            # header and roster; the aligned flag and two empty edge-key lists (9)
+            "train_request": 42 + 40 * n,
             # masked vector, context (4 + 16), per tag: recipient, length, 8 bytes (16), per
-            # sealed share: recipient and length (8)
-            "upload": 61 + 4 * d + 16 * U + (n - U) * (8 + box),
+            # sealed share: recipient and length (8); two empty edge-key lists (8)
+            "upload": 69 + 4 * d + 16 * U + (n - U) * (8 + box),
             "recovery_request": request(relayed[0]),
             "recovery_request_mean": sum(request(r) for r in relayed) / k,
             "recovery_reply": 37 + 4 * m,

@@ -65,6 +65,26 @@ def fields(raw: bytes) -> list[Field]:
                 out.append(Field(pos, "id", "silo"))
                 pos += 4
                 blob(item)
+        if kind == 3:  # the aligned flag, the relayed edge keys, the deal instructions
+            out.append(Field(pos, "id", "aligned flag"))
+            pos += 1
+        # (TrainRequest) edge keys: dealer, q, h, box; deal: q, h, recipient
+        # (Upload) dealt: recipient, q, h, box; confirms: q, h, tag
+        groups = (
+            [("edge_keys", True), ("deal", False)]
+            if kind == 3
+            else [("dealt", True), ("confirms", None)]
+        )
+        for name, boxed in groups:
+            count = u32(pos)
+            out.append(Field(pos, "count", name))
+            pos += 4
+            for _ in range(count):
+                width = 3 if boxed is not None else 2
+                out += [Field(pos + 4 * i, "id", f"{name} id") for i in range(width)]
+                pos += 4 * width
+                if boxed is not False:
+                    blob("edge box" if boxed else "edge tag")
     elif kind == 5:  # RecoveryRequest
         n, rows = struct.unpack_from("<II", raw, pos)
         out += [Field(pos, "count", "survivors"), Field(pos + 4, "count", "rows")]

@@ -142,6 +142,12 @@ def restart(grid: Grid) -> dict:
     return {"arrays": fa.as_numpy(res.arrays), "reports": strategy.reports}
 
 
+def aligned(grid: Grid) -> dict:
+    strategy = _coded(_fedavg(), masking="aligned")
+    res = strategy.start(grid=grid, initial_arrays=fa.initial_arrays(), num_rounds=4)
+    return {"arrays": fa.as_numpy(res.arrays), "reports": strategy.reports}
+
+
 def mod_without_strategy(grid: Grid) -> list[str]:
     fedavg = _fedavg()
     msgs = fedavg.configure_train(1, fa.initial_arrays(), ConfigRecord(), grid)
@@ -169,6 +175,7 @@ def outcomes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, fa.Outcome]:
         "mod_without_strategy": mod_without_strategy,
         "too_few_nodes": too_few_nodes,
         "restart": restart,
+        "aligned": aligned,
     }
     run_simulation(
         server_app=fa.server_app(scenarios, out),
@@ -288,3 +295,14 @@ def test_a_restarted_silo_is_rekeyed_and_rejoins(outcomes):
     ref = _reference(3)
     for name in ref:
         np.testing.assert_allclose(got["arrays"][name], ref[name], atol=5e-5)
+
+
+def test_group_aligned_masks_take_one_round_trip_from_round_3_and_equal_fedavg(outcomes):
+    got = _ok(outcomes["aligned"])
+    reps = got["reports"]
+    assert [r.ok for r in reps] == [True] * 4, [r.reason for r in reps]
+    assert [r.round_trips for r in reps] == [2, 2, 1, 1]  # keys dealt in rounds 1 and 2
+    assert [r.responders for r in reps][2:] == [0, 0]  # no recovery stage
+    ref = _reference(4)
+    for name in ref:
+        np.testing.assert_allclose(got["arrays"][name], ref[name], atol=4e-5)

@@ -66,6 +66,26 @@ def samples():
             tokens=(b"", b"t" * 24),
         ),
         RecoveryReply(digest=D, round=5, sender=0, recipient=-1, rows=v[:6].reshape(2, 3)),
+        # masking="aligned": relayed and dealt edge keys, deal instructions, confirmations
+        TrainRequest(
+            digest=D,
+            round=6,
+            sender=-1,
+            recipient=2,
+            roster=((0, b"a" * 32), (2, b"b" * 32)),
+            aligned=True,
+            edge_keys=((0, 0, 1, b"e" * 60), (4, 1, 2, b"f" * 60)),
+            deal=((1, 2, 0), (1, 2, 5)),
+        ),
+        Upload(
+            digest=D,
+            round=6,
+            sender=2,
+            recipient=-1,
+            masked=v,
+            dealt=((0, 1, 2, b"g" * 60),),
+            confirms=((0, 1, b"c" * 8), (1, 2, b"d" * 8)),
+        ),
     ]
 
 

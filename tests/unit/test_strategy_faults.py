@@ -224,18 +224,23 @@ def test_keys_once_per_run_and_two_round_trips() -> None:
     assert sorted(s.late_train) == [1, 2, 3]
 
 
+def restart_before_push(grid: FakeGrid, node: int, push: int) -> None:
+    """Restart ``node`` (its state lost) just before the grid's ``push``-th push batch."""
+    pushes: list[int] = []
+
+    def hook(g: FakeGrid) -> None:
+        pushes.append(1)
+        if len(pushes) == push:
+            g.restart(node, stamp="t1")
+
+    grid.before_push.append(hook)
+
+
 def test_restarted_silo_is_rekeyed_before_the_next_round() -> None:
     grid = FakeGrid(4)
     s = _strategy(4)
-    pushes: list[int] = []
-
-    def restart_after_round_1(g: FakeGrid) -> None:
-        pushes.append(1)
-        # pushes: keys, train 1, recovery 1, then round 2 begins: restart node 102 first
-        if len(pushes) == 4:
-            g.restart(102, stamp="t1")
-
-    grid.before_push.append(restart_after_round_1)
+    # pushes: keys, train 1, recovery 1, then round 2 begins: restart node 102 first
+    restart_before_push(grid, 102, 4)
     _start(s, grid, 3)
     assert all(r.ok for r in s.reports)
     assert s.key_exchanges == [(1, (0, 1, 2, 3)), (3, (2,))]
