@@ -14,9 +14,9 @@ Theory of operation (``docs/protocol.md`` has the whole protocol and its proofs)
   :math:`\\sum_k q(g_k) = \\sum_{i\\in S} a_i y_i - \\sum_{i \\in S} a_i z_i` and dequantizes it.
 - ``masking="aligned"`` (:mod:`coded_fl.secagg.aligned`): each TrainRequest may relay sealed
   edge keys and ask the silo to deal some; each upload confirms the edge keys its silo holds
-  (a late upload too). Once every roster silo confirmed the same key for every edge at its
-  group, rounds are group-masked: ``close_collection`` returns no recovery request (the
-  masks cancel in every weight row) and ``finish`` decodes at once.
+  (a late upload too). Once every edge of the mask graph has one confirmed key, with a holder
+  in both of its groups, rounds are group-masked: ``close_collection`` returns no recovery
+  request (the masks cancel in every weight row) and ``finish`` decodes at once.
 - A round that cannot complete (too few uploads or recovery replies by the driver's deadline,
   replicas that disagree, an aggregate out of range) ends in :class:`RoundAborted` with the
   reason; nothing partial is returned and the machine is ready for the next round.
@@ -168,7 +168,7 @@ class ServerMachine:
         self._round: _Round | None = None
         self._bar_next: frozenset[int] = frozenset()  # convicted silos, barred next round
         # masking="aligned": the edge-key tags each silo last confirmed, and the sealed edge
-        # keys waiting to be relayed to their recipient with its next TrainRequest
+        # keys relayed to their recipient with every TrainRequest until it confirms them
         self._edge_tags: dict[int, dict[tuple[int, int], bytes]] = {}
         self._relay: dict[int, dict[tuple[int, int], tuple[int, bytes]]] = {}
         # round -> silo -> the deals its TrainRequest asked for (the last few rounds: a late
@@ -332,7 +332,8 @@ class ServerMachine:
         For every mask-graph edge, the silos that confirmed a key of it all confirmed the same
         one, and each of the edge's two groups has such a silo. A silo that has not confirmed
         (a crashed node, or one whose key is on its way) does not hold the round back: if it
-        answers, it opens its relayed keys first, or refuses as needing keys and is rekeyed.
+        answers, it opens the keys relayed with its request first, or, lacking them, refuses
+        the round (a straggler for it) until they reach it.
         """
         cfg = self.config
         if not cfg.aligned:

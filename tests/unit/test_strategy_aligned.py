@@ -11,27 +11,15 @@ from coded_fl.secagg.client import NEEDS_KEYS
 from strategies import CodedSecAgg
 from tests.unit.test_strategy_faults import (  # noqa: F401 - the fixture sets Flower's identity
     FakeGrid,
-    FedAvg,
     _start,
+    _strategy,
     _task_identity,
     restart_before_push,
 )
 
 
 def _aligned(n: int) -> CodedSecAgg:
-    return CodedSecAgg(
-        FedAvg(fraction_evaluate=0.0, min_available_nodes=n, min_train_nodes=n),
-        num_silos=n,
-        num_stragglers=1,
-        privacy_threshold=1,
-        masking="aligned",
-        round_timeout=5.0,
-        recovery_timeout=5.0,
-        key_timeout=5.0,
-        node_wait_timeout=5.0,
-        poll_interval=0.001,
-        progress=lambda r: None,
-    )
+    return _strategy(n, masking="aligned")
 
 
 def test_rounds_take_one_round_trip_once_the_edge_keys_are_dealt_and_match_fedavg() -> None:

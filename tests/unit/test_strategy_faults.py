@@ -186,13 +186,19 @@ class FakeGrid(Grid):
 
 
 def _strategy(
-    n: int, *, extra: int = 0, max_weight: float | None = None, adaptive_clip: bool = True
+    n: int,
+    *,
+    extra: int = 0,
+    max_weight: float | None = None,
+    adaptive_clip: bool = True,
+    masking: str = "shares",
 ) -> CodedSecAgg:
     return CodedSecAgg(
         FedAvg(fraction_evaluate=0.0, min_available_nodes=n, min_train_nodes=n),
         num_silos=n,
         max_weight=max_weight,
         adaptive_clip=adaptive_clip,
+        masking=masking,
         num_stragglers=1,
         privacy_threshold=1,
         extra_replies=extra,
