@@ -10,6 +10,10 @@ order-statistic theory of seed 003: E[T_all] = H_n/mu, E[T_coded] = (H_n - H_s)/
 
 1. Costs: every protocol step timed in memory (thread CPU, one thread) at a grid of (n, s, d),
    fitted to work counts (:mod:`simulations.stragglers.costs`); message sizes from the codec.
+   Both maskings are measured and fitted, each on its own: the default secret-shared masks
+   (two round trips) and ``masking="aligned"`` (one round trip once the edge keys are dealt);
+   the virtual clock runs for each, and its goals are reported for each (the aligned ones
+   labelled so).
 2. Virtual clock (:mod:`simulations.stragglers.des`): plain FedAvg vs coded-fl over the same
    draws, n up to 1000, d = 1e6, mean silo time 10 s, 1 Gbit/s silos and a 10 Gbit/s server,
    thousands of rounds per point; measured speedup against theory. Also: the mean silo time
@@ -48,6 +52,7 @@ import torch
 from simulations.bench.common import Report
 from simulations.runtime.flower_sim import run_child
 from simulations.stragglers.costs import (
+    MASKINGS,
     fit_costs,
     measure_step_costs,
     privacy_for,
@@ -65,7 +70,9 @@ def s_grid(n: int) -> list[int]:
     return sorted(s for s in cand if 1 <= s < n and privacy_for(n, s) < n - s)
 
 
-def _costs(report: Report, quick: bool) -> Any:
+def _costs(report: Report, quick: bool, masking: str = "shares") -> Any:
+    """Measure the step costs at a grid of (n, s, d) with ``masking``, check the message-size
+    formulas against the codec, and return the fitted :class:`CostModel`."""
     if quick:
         grid = [(10, 1, 10_000), (10, 2, 100_000), (20, 2, 10_000), (20, 5, 100_000)]
     else:
@@ -82,12 +89,12 @@ def _costs(report: Report, quick: bool) -> Any:
     points = []
     for i, (n, s, d) in enumerate(grid, 1):
         t0 = time.perf_counter()
-        p = measure_step_costs(n, s, d, rounds=2 if quick else 3)
+        p = measure_step_costs(n, s, d, rounds=2 if quick else 3, masking=masking)
         points.append(p)
         row = {k: v for k, v in p.__dict__.items()}
         report.add(kind="cost_point", **row)
         print(
-            f"[stragglers] cost point {i}/{len(grid)} in {time.perf_counter() - t0:.1f}s",
+            f"[stragglers] {masking} cost point {i}/{len(grid)} in {time.perf_counter() - t0:.1f}s",
             flush=True,
         )
     model = fit_costs(points)
@@ -105,7 +112,9 @@ def _costs(report: Report, quick: bool) -> Any:
         if abs(model.bytes(w, n=p.n, s=p.s, d=p.d) - getattr(p, f"{w}_bytes")) > 1e-6
     ]
     if bad:
-        raise RuntimeError(f"message-size formulas disagree with the codec at {bad[:3]}")
+        raise RuntimeError(
+            f"message-size formulas ({masking}) disagree with the codec at {bad[:3]}"
+        )
     return model
 
 
@@ -117,8 +126,15 @@ def _s_of(n: int, frac: float | None) -> int:
     return 1 if frac is None else round(frac * n)
 
 
+def _masked(label: str, masking: str) -> str:
+    """A goal's label for ``masking`` (the default masking keeps the label it always had)."""
+    return label if masking == "shares" else f"{label} with masking='{masking}'"
+
+
 def _des(report: Report, model: Any, quick: bool) -> None:
-    """Virtual clock: speedups, fixed costs and the straggler part per (tail, n, s).
+    """Virtual clock: speedups, fixed costs and the straggler part per (tail, n, s), for the
+    masking ``model`` was measured with (``model.masking``: with ``"aligned"`` the round has
+    no recovery stage, so its fixed cost has none of the recovery parts below).
 
     The *fixed cost* of a coded round is its time beyond waiting for the (n-s)-th silo: the
     mean over rounds of (round time - X_(n-s)), X_(n-s) the (n-s)-th smallest silo time of the
@@ -134,6 +150,7 @@ def _des(report: Report, model: Any, quick: bool) -> None:
     rounds minus that fixed cost: the goal compares the straggler-part speedup with the
     order-statistic theory (a fixed cost that depended on the draws would show there).
     """
+    masking = model.masking
     ns = (10, 20, 50, 100) if quick else (10, 20, 50, 100, 200, 500, 1000)
     rounds = 300 if quick else 3000
     net = Network()
@@ -160,6 +177,7 @@ def _des(report: Report, model: Any, quick: bool) -> None:
                 wait_err = wait_speedup / theory - 1
                 report.add(
                     kind="des",
+                    masking=masking,
                     model=kind,
                     n=n,
                     s=s,
@@ -190,8 +208,11 @@ def _des(report: Report, model: Any, quick: bool) -> None:
     for kind, label in (("iid", "i.i.d. Exp"), ("heavy", "heavy tail")):
         if kind in worst:
             report.goal(
-                f"virtual clock, {label}: max |measured / theoretical speedup - 1| over "
-                f"n = 20..100, every s (d = 1e6, mean silo time {MEAN_SILO_SECONDS:g} s)",
+                _masked(
+                    f"virtual clock, {label}: max |measured / theoretical speedup - 1| over "
+                    f"n = 20..100, every s (d = 1e6, mean silo time {MEAN_SILO_SECONDS:g} s)",
+                    masking,
+                ),
                 worst[kind],
                 0.10,
                 applies=not quick,
@@ -200,14 +221,17 @@ def _des(report: Report, model: Any, quick: bool) -> None:
         if kind in worst_wait:
             at100 = max(v for (k, n, _), v in fixed.items() if k == kind and n == 100)
             report.goal(
-                f"virtual clock, {label}: max |straggler-part speedup (round time minus the "
-                f"calibrated fixed cost) / theory - 1| over n <= 100, every s (fixed cost "
-                f"beside it: up to {at100:.3g} s per coded round at n = 100)",
+                _masked(
+                    f"virtual clock, {label}: max |straggler-part speedup (round time minus "
+                    f"the calibrated fixed cost) / theory - 1| over n <= 100, every s (fixed "
+                    f"cost beside it: up to {at100:.3g} s per coded round at n = 100)",
+                    masking,
+                ),
                 worst_wait[kind],
                 0.10,
                 applies=not quick,
             )
-    _fixed_goals(report, fixed, quick)
+    _fixed_goals(report, fixed, quick, masking)
     _fixed_profile(report, model, net, ns=(100, 1000) if not quick else (20, 100))
     # where fixed costs start to matter: the mean silo time swept at n = 100
     for mean in (0.1, 1.0, 10.0, 100.0):
@@ -217,6 +241,7 @@ def _des(report: Report, model: Any, quick: bool) -> None:
             rt = simulate(times, s, steps=steps, net=net, rounds=rounds, rng=rng)
             report.add(
                 kind="des_sweep",
+                masking=masking,
                 n=100,
                 s=s,
                 d=D_MODEL,
@@ -235,6 +260,7 @@ def _des(report: Report, model: Any, quick: bool) -> None:
             h = times.expected_wait_all() / ((s + 1) * times.expected_wait_coded(s))
             report.add(
                 kind="des_work",
+                masking=masking,
                 n=n,
                 s=s,
                 d=D_MODEL,
@@ -244,15 +270,20 @@ def _des(report: Report, model: Any, quick: bool) -> None:
             )
 
 
-def _fixed_goals(report: Report, fixed: dict[tuple[str, int, int], float], quick: bool) -> None:
+def _fixed_goals(
+    report: Report, fixed: dict[tuple[str, int, int], float], quick: bool, masking: str
+) -> None:
     """The fixed cost at n = 100 and its growth to n = 1000 (both tails, s a fraction of n)."""
     small, large = (20, 100) if quick else (100, 1000)
     at = [v for (_, n, _), v in fixed.items() if n == small]
     if not at:
         return
     report.goal(
-        f"virtual clock: coded fixed cost per round at n = {small}, every s and tail (d = 1e6, "
-        f"mean silo time {MEAN_SILO_SECONDS:g} s), seconds",
+        _masked(
+            f"virtual clock: coded fixed cost per round at n = {small}, every s and tail "
+            f"(d = 1e6, mean silo time {MEAN_SILO_SECONDS:g} s), seconds",
+            masking,
+        ),
         max(at),
         0.5,
         applies=not quick,
@@ -269,6 +300,7 @@ def _fixed_goals(report: Report, fixed: dict[tuple[str, int, int], float], quick
             ratios.append(ratio)
             report.add(
                 kind="des_fixed_growth",
+                masking=masking,
                 model=kind,
                 s_fraction=frac if frac is not None else "s = 1",
                 ns=ns,
@@ -278,8 +310,11 @@ def _fixed_goals(report: Report, fixed: dict[tuple[str, int, int], float], quick
             )
     if ratios:
         report.goal(
-            f"virtual clock: coded fixed cost at n = {large} / at n = {small}, worst s (as a "
-            f"fraction of n) and tail: at most linear growth",
+            _masked(
+                f"virtual clock: coded fixed cost at n = {large} / at n = {small}, worst s (as "
+                f"a fraction of n) and tail: at most linear growth",
+                masking,
+            ),
             max(ratios),
             large / small,
             applies=not quick,
@@ -293,7 +328,7 @@ _PARTS: dict[str, dict[str, Any]] = {
     "upload transfer": {"upload_bytes": 0},
     "server upload checks": {"server_upload": 0.0},
     "close_collection": {"server_close": 0.0},
-    "summing the uploads (during the recovery round trip)": {"server_sum": 0.0},
+    "summing the uploads (overlaps the recovery round trip, if any)": {"server_sum": 0.0},
     "recovery requests (relayed shares)": {
         "recovery_request_bytes": 0,
         "recovery_request_mean_bytes": 0.0,
@@ -302,6 +337,14 @@ _PARTS: dict[str, dict[str, Any]] = {
     "replies and their checks": {"recovery_reply_bytes": 0, "server_recovery": 0.0},
     "finish (unmask, decode)": {"server_finish": 0.0},
 }
+#: the parts a one-round-trip round (masking="aligned") does not have
+_RECOVERY_PARTS = frozenset(
+    {
+        "recovery requests (relayed shares)",
+        "survivor share sums",
+        "replies and their checks",
+    }
+)
 
 
 def _fixed_profile(report: Report, model: Any, net: Network, *, ns: tuple[int, ...]) -> None:
@@ -322,10 +365,15 @@ def _fixed_profile(report: Report, model: Any, net: Network, *, ns: tuple[int, .
                 return float((rt.coded - rt.wait_coded).mean())
 
             whole = fixed_of(steps)
-            parts = {k: whole - fixed_of(replace(steps, **v)) for k, v in _PARTS.items()}
+            parts = {
+                k: whole - fixed_of(replace(steps, **v))
+                for k, v in _PARTS.items()
+                if steps.round_trips == 2 or k not in _RECOVERY_PARTS
+            }
             parts["latency"] = whole - fixed_of(steps, replace(net, latency=0.0))
             report.add(
                 kind="des_fixed_profile",
+                masking=model.masking,
                 n=n,
                 s=s,
                 d=D_MODEL,
@@ -339,8 +387,8 @@ def _fixed_profile(report: Report, model: Any, net: Network, *, ns: tuple[int, .
             )
             top = sorted(parts.items(), key=lambda kv: -kv[1])[:3]
             print(
-                f"[stragglers] fixed cost n={n} s={s}: {whole:.3f} s; largest parts: "
-                + ", ".join(f"{k} {v:.3f} s" for k, v in top),
+                f"[stragglers] {model.masking} fixed cost n={n} s={s}: {whole:.3f} s; largest "
+                "parts: " + ", ".join(f"{k} {v:.3f} s" for k, v in top),
                 flush=True,
             )
 
@@ -503,8 +551,9 @@ def run(report: Report, *, quick: bool, parts: str | None = None) -> None:
     }
     report.config["parts"] = list(chosen)
     if "costs" in chosen:
-        model = _costs(report, quick)
-        if "des" in chosen:
-            _des(report, model, quick)
+        for masking in MASKINGS:
+            model = _costs(report, quick, masking)
+            if "des" in chosen:
+                _des(report, model, quick)
     if "flower" in chosen:
         _flower(report, quick)

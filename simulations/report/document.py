@@ -205,6 +205,7 @@ def _stragglers(b: dict[str, Any]) -> list[str]:
         ]
         out += _table(
             [
+                "masking",
                 "tail",
                 "n",
                 "s",
@@ -218,6 +219,7 @@ def _stragglers(b: dict[str, Any]) -> list[str]:
             ],
             [
                 [
+                    r.get("masking", "shares"),
                     r["model"],
                     r["n"],
                     r["s"],
@@ -263,10 +265,13 @@ def _stragglers(b: dict[str, Any]) -> list[str]:
             ["n", "s", "theory", "measured"],
             [[r["n"], r["s"], r["theory_speedup"], r["measured_speedup"]] for r in work],
         )
-    fit = next((r for r in res if r.get("kind") == "cost_fit"), None)
-    if fit:
+    for fit in (r for r in res if r.get("kind") == "cost_fit"):
         errs = ", ".join(f"{k} {100 * v:.0f} %" for k, v in fit["fit_error"].items())
-        out += [f"Cost fit, largest relative error on the measured points: {errs}.", ""]
+        out += [
+            f"Cost fit (masking={fit.get('masking', 'shares')}), largest relative error on the "
+            f"measured points: {errs}.",
+            "",
+        ]
         out += _step_costs(fit, des)
     return out
 
@@ -276,15 +281,25 @@ def _fixed_profile(res: list[dict[str, Any]]) -> list[str]:
     prof = [r for r in res if r.get("kind") == "des_fixed_profile"]
     if not prof:
         return []
-    names = list(prof[0]["parts"])
+    names = list(dict.fromkeys(k for r in prof for k in r["parts"]))
     return [
         "Fixed cost of a coded round (beyond waiting for the (n-s)-th silo) and what each part "
         "adds to it: the fixed cost minus the fixed cost with that part removed, same draws "
-        "(i.i.d. Exp, seconds; parts overlap, so they need not add up):",
+        "(i.i.d. Exp, seconds; parts overlap, so they need not add up; a round with "
+        "masking=aligned has no recovery parts):",
         "",
         *_table(
-            ["n", "s", "fixed s", *names],
-            [[r["n"], r["s"], r["fixed_seconds"], *(r["parts"][k] for k in names)] for r in prof],
+            ["masking", "n", "s", "fixed s", *names],
+            [
+                [
+                    r.get("masking", "shares"),
+                    r["n"],
+                    r["s"],
+                    r["fixed_seconds"],
+                    *(r["parts"].get(k, "") for k in names),
+                ]
+                for r in prof
+            ],
         ),
     ]
 
@@ -310,7 +325,7 @@ def _step_costs(fit: dict[str, Any], des: list[dict[str, Any]]) -> list[str]:
     """The fitted step costs at a few sizes: where the fixed costs of a coded round go."""
     from simulations.stragglers.costs import CostModel
 
-    model = CostModel(fit["coefficients"], fit["fit_error"])
+    model = CostModel(fit["coefficients"], fit["fit_error"], fit.get("masking", "shares"))
     d = des[0]["d"] if des else 10**6
     sizes = [(n, s) for n, s in ((20, 2), (100, 10), (100, 50), (1000, 100)) if s < n]
     steps = tuple(
@@ -335,12 +350,18 @@ def _step_costs(fit: dict[str, Any], des: list[dict[str, Any]]) -> list[str]:
         ]
         for n, s in sizes
     ]
+    what = (
+        "the upload is the masked vector and one confirmation tag per mask-graph edge of the "
+        "silo's group, and there is no recovery request (masking=aligned)"
+        if model.masking == "aligned"
+        else "the upload carries the sealed mask shares for the silos outside its derived set "
+        "(upload / 4d = 1 + s/(U-T)), and the recovery requests relay them (recovery request "
+        "MB: the one to silo 0, the largest)"
+    )
     return [
-        f"Fitted step costs (seconds, d = {d:.0e}; beyond the measured sizes extrapolated, the "
-        "n^2 step `server_close` anchored at n = 200 and 400 with a small d): the upload "
-        "carries the sealed mask shares for the silos outside its derived set (upload / 4d = "
-        "1 + s/(U-T)), and the recovery requests relay them (recovery request MB: the one "
-        "to silo 0, the largest).",
+        f"Fitted step costs, masking={model.masking} (seconds, d = {d:.0e}; beyond the measured "
+        "sizes extrapolated, the n^2 step `server_close` anchored at n = 200 and 400 with a "
+        f"small d): {what}.",
         "",
         *_table(["n", "s", *steps, "upload / 4d", "recovery request MB"], rows),
     ]

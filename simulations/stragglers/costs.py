@@ -15,6 +15,12 @@ follows), and each step is timed on its own with thread CPU time:
 Plain FedAvg's costs are timed beside them: a silo serialises its float32 update, the server
 parses it and adds it to a running sum.
 
+With ``masking="aligned"`` (group-aligned masks, :mod:`coded_fl.secagg.aligned`) the round has
+no recovery stage once the edge keys are dealt (rounds 1 and 2): the silo's upload step adds the
+e edge streams of its group's mask instead of deriving and sealing shares,
+``close_collection`` builds no request, and ``finish`` only decodes; the recovery steps cost
+nothing. Each masking gets its own fit (:func:`fit_costs` of points measured with it).
+
 :func:`fit_costs` fits each step to a few work counts (elements, shares) by non-negative least
 squares, so that the discrete-event simulation can use them at sizes that were not measured
 (n up to 1000); the fit's relative error on the measured points is reported with it.
@@ -34,18 +40,41 @@ import torch
 
 from coded_fl.crypto import SEAL_OVERHEAD
 from coded_fl.secagg import ProtocolConfig, RoundResult
+from coded_fl.secagg.aligned import mask_graph
 from coded_fl.secagg.client import ClientMachine
 from coded_fl.secagg.messages import decode, encode
 from coded_fl.secagg.policy import ClientPolicy
 from coded_fl.secagg.server import ServerMachine
 from simulations.runtime.secagg_harness import deterministic_entropy, gaussian_partials
 
-__all__ = ["CostModel", "StepCosts", "fit_costs", "measure_step_costs", "privacy_for"]
+__all__ = [
+    "MASKINGS",
+    "CostModel",
+    "StepCosts",
+    "fit_costs",
+    "mask_degree",
+    "measure_step_costs",
+    "privacy_for",
+]
+
+#: the two maskings of a coded round (``ProtocolConfig.masking``)
+MASKINGS = ("shares", "aligned")
 
 
 def privacy_for(n: int, s: int) -> int:
     """The T used in the straggler experiments: T = s, at most (n - s) / 2, at least 1."""
     return max(1, min(s, (n - s) // 2))
+
+
+def mask_degree(n: int, s: int, masking: str = "shares") -> int:
+    """e: the edge streams a silo of group 0 adds to its mask with ``masking="aligned"`` (the
+    degree of group 0 in the mask graph over the repetition code's n // (s + 1) groups, the
+    largest of the graph's degrees); 0 with ``masking="shares"`` or a single group."""
+    if masking not in MASKINGS:
+        raise ValueError(f"masking must be one of {MASKINGS}, got {masking!r}")
+    if masking == "shares":
+        return 0
+    return sum(1 for edge in mask_graph(n // (s + 1), privacy_for(n, s)) if 0 in edge)
 
 
 @dataclass(frozen=True)
@@ -73,6 +102,8 @@ class StepCosts:
     plain_client: float
     plain_server: float  # per upload: parse + add
     plain_upload_bytes: int
+    masking: str = "shares"
+    e: int = 0  # mask_degree: the edge streams in group 0's mask (aligned)
 
 
 def _timed(fn: Callable[[], Any]) -> tuple[Any, float]:
@@ -81,13 +112,25 @@ def _timed(fn: Callable[[], Any]) -> tuple[Any, float]:
     return out, time.thread_time() - t0
 
 
-def measure_step_costs(n: int, s: int, d: int, *, rounds: int = 2, seed: int = 0) -> StepCosts:
+def measure_step_costs(
+    n: int, s: int, d: int, *, rounds: int = 2, seed: int = 0, masking: str = "shares"
+) -> StepCosts:
     """Run ``rounds`` rounds among in-memory machines (the last s silos never upload) and
-    return the median step costs of the last round(s); round 1 warms caches."""
+    return the median step costs of the last round; round 1 warms caches. With
+    ``masking="aligned"`` two more rounds come first (they deal the edge keys), and the
+    timed round must have closed without a recovery stage."""
     T = privacy_for(n, s)
+    e = mask_degree(n, s, masking)
     cfg = ProtocolConfig(
-        num_silos=n, num_stragglers=s, privacy_threshold=T, vector_length=d, run_id=f"cost-{n}"
+        num_silos=n,
+        num_stragglers=s,
+        privacy_threshold=T,
+        vector_length=d,
+        run_id=f"cost-{n}",
+        masking=masking,
     )
+    if masking == "aligned":
+        rounds += 2
     partials = gaussian_partials(d, seed=seed)
     server = ServerMachine(cfg)
     policy = ClientPolicy(max_silos=max(n, ClientPolicy().max_silos))  # the n^2 anchors
@@ -131,6 +174,21 @@ def measure_step_costs(n: int, s: int, d: int, *, rounds: int = 2, seed: int = 0
         _, sec = _timed(server.sum_uploads)
         if keep:
             note("server_sum", sec)
+        if masking == "aligned" and keep and out:
+            raise RuntimeError(f"the timed aligned round {r} asked for a recovery stage")
+        if not out:  # one round trip: nothing to recover
+            sizes.update(
+                recovery_request_bytes=0, recovery_request_mean_bytes=0, recovery_reply_bytes=0
+            )
+            for step in ("client_recovery", "server_recovery"):
+                if keep:
+                    note(step, 0.0)
+            res, sec = _timed(server.finish)
+            if not isinstance(res, RoundResult):
+                raise RuntimeError(f"cost round aborted: {res.reason}")
+            if keep:
+                note("server_finish", sec)
+            continue
         sizes["recovery_request_bytes"] = len(encode(out[0]))
         sizes["recovery_request_mean_bytes"] = statistics.fmean(len(encode(q)) for q in out)
         replies = []
@@ -162,6 +220,8 @@ def measure_step_costs(n: int, s: int, d: int, *, rounds: int = 2, seed: int = 0
         **{k: statistics.median(v) for k, v in samples.items()},  # type: ignore[arg-type]
         **sizes,  # type: ignore[arg-type]
         **plain,  # type: ignore[arg-type]
+        masking=masking,
+        e=e,
     )
 
 
@@ -185,22 +245,34 @@ def _plain_costs(k: int, d: int, *, seed: int) -> dict[str, float | int]:
 
 
 # ---------------------------------------------------------------------------- the fitted model
-#: step -> work counts it is fitted to (functions of n, s, T, U, d, m).
-FEATURES: dict[str, tuple[str, ...]] = {
-    "client_upload": ("1", "(s+1)*d", "n*m", "n"),
-    "server_upload": ("1", "d", "n*m", "n"),
-    "server_close": ("1", "(n-s)**2", "(n-s)**2*n"),
-    "server_sum": ("1", "(n-s)*d"),
-    "client_recovery": ("1", "(n-s)*m", "n-s"),
-    "server_recovery": ("1", "m"),
-    "server_finish": ("1", "(n-s)*d", "U*d"),
-    "plain_client": ("1", "d"),
-    "plain_server": ("1", "d"),
+#: masking -> step -> work counts it is fitted to (functions of n, s, T, U, d, m, e); a step
+#: missing from a masking's table costs nothing with it (aligned: no recovery stage)
+FEATURES: dict[str, dict[str, tuple[str, ...]]] = {
+    "shares": {
+        "client_upload": ("1", "(s+1)*d", "n*m", "n"),
+        "server_upload": ("1", "d", "n*m", "n"),
+        "server_close": ("1", "(n-s)**2", "(n-s)**2*n"),
+        "server_sum": ("1", "(n-s)*d"),
+        "client_recovery": ("1", "(n-s)*m", "n-s"),
+        "server_recovery": ("1", "m"),
+        "server_finish": ("1", "(n-s)*d", "U*d"),
+        "plain_client": ("1", "d"),
+        "plain_server": ("1", "d"),
+    },
+    "aligned": {
+        "client_upload": ("1", "(s+1)*d", "e*d", "e"),
+        "server_upload": ("1", "d", "e"),
+        "server_close": ("1", "n-s"),
+        "server_sum": ("1", "(n-s)*d"),
+        "server_finish": ("1", "d"),
+        "plain_client": ("1", "d"),
+        "plain_server": ("1", "d"),
+    },
 }
 
 
-def _work(expr: str, *, n: int, s: int, T: int, U: int, d: int, m: int) -> float:
-    env = {"n": n, "s": s, "T": T, "U": U, "d": d, "m": m}
+def _work(expr: str, *, n: int, s: int, T: int, U: int, d: int, m: int, e: int) -> float:
+    env = {"n": n, "s": s, "T": T, "U": U, "d": d, "m": m, "e": e}
     return float(eval(expr, {"__builtins__": {}}, env))  # noqa: S307 - fixed table above
 
 
@@ -210,15 +282,17 @@ class CostModel:
 
     coefficients: dict[str, dict[str, float]]
     fit_error: dict[str, float]  # max relative error on the measured points, per step
+    masking: str = "shares"
 
     def seconds(self, step: str, *, n: int, s: int, d: int) -> float:
         coefficients = self.coefficients.get(step)
-        if coefficients is None:  # a fit stored before the step was timed on its own
-            return 0.0  # (server_sum was then part of server_finish)
+        if coefficients is None:  # not a step of this masking, or a fit stored before the
+            return 0.0  # step was timed on its own (server_sum was part of server_finish)
         T = privacy_for(n, s)
         U = n - s
         m = math.ceil(d / (U - T))
-        return sum(c * _work(f, n=n, s=s, T=T, U=U, d=d, m=m) for f, c in coefficients.items())
+        e = mask_degree(n, s, self.masking)
+        return sum(c * _work(f, n=n, s=s, T=T, U=U, d=d, m=m, e=e) for f, c in coefficients.items())
 
     def bytes(self, what: str, *, n: int, s: int, d: int) -> float:
         """Wire sizes: the codec's layout (:mod:`coded_fl.secagg.messages`; 29-byte header,
@@ -242,6 +316,21 @@ class CostModel:
             # per survivor: index and weight (12), public key (36), two lengths (8)
             return 37 + 52 * k + (k - r) * 24 + r * box
 
+        if self.masking == "aligned":
+            # no shares, tags or context (4 + 0); the two edge-key lists hold group 0's e
+            # confirmation tags once the keys are dealt: edge, length, 8 bytes (20 each)
+            e = mask_degree(n, s, self.masking)
+            sizes = {
+                "train_request": 42 + 40 * n,
+                "upload": 53 + 4 * d + 20 * e,
+                "recovery_request": 0,
+                "recovery_request_mean": 0,
+                "recovery_reply": 0,
+                "plain_upload": 4 * d,
+            }
+            if what not in sizes:
+                raise ValueError(f"unknown message {what!r}")
+            return sizes[what]
         sizes = {
             # header and roster; the aligned flag and two empty edge-key lists (9)
             "train_request": 42 + 40 * n,
@@ -258,20 +347,29 @@ class CostModel:
         return sizes[what]
 
     def to_json(self) -> dict[str, Any]:
-        return {"coefficients": self.coefficients, "fit_error": self.fit_error}
+        return {
+            "coefficients": self.coefficients,
+            "fit_error": self.fit_error,
+            "masking": self.masking,
+        }
 
 
 def fit_costs(points: Sequence[StepCosts]) -> CostModel:
-    """Non-negative least squares per step, relative residuals (each point weighs the same)."""
+    """Non-negative least squares per step, relative residuals (each point weighs the same);
+    the points must share one masking."""
     from scipy.optimize import nnls
 
+    maskings = {p.masking for p in points}
+    if len(maskings) != 1:
+        raise ValueError(f"fit one masking at a time, got points of {sorted(maskings)}")
+    (masking,) = maskings
     coefficients: dict[str, dict[str, float]] = {}
     errors: dict[str, float] = {}
-    for step, feats in FEATURES.items():
+    for step, feats in FEATURES[masking].items():
         A = np.array(
             [
                 [
-                    _work(f, **{k: getattr(p, k) for k in ("n", "s", "T", "U", "d", "m")})
+                    _work(f, **{k: getattr(p, k) for k in ("n", "s", "T", "U", "d", "m", "e")})
                     for f in feats
                 ]
                 for p in points
@@ -283,7 +381,7 @@ def fit_costs(points: Sequence[StepCosts]) -> CostModel:
         pred = A @ coef
         coefficients[step] = {f: float(c) for f, c in zip(feats, coef, strict=True)}
         errors[step] = float(np.max(np.abs(pred - y) / np.maximum(y, 1e-9)))
-    return CostModel(coefficients, errors)
+    return CostModel(coefficients, errors, masking)
 
 
 def points_to_json(points: Sequence[StepCosts]) -> list[dict[str, Any]]:

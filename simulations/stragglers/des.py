@@ -19,6 +19,11 @@ coded-fl (closes at the (n-s)-th upload)::
        (client_recovery) and replies -> the server takes the replies in order, once its sum
        is done (server_recovery) -> after U of them, finish (server_finish: unmask, decode)
 
+coded-fl with ``masking="aligned"`` (one round trip, ``StepSeconds.round_trips = 1``)::
+
+    ... as above up to the (n-s)-th upload's check -> close_collection (no requests) ->
+    the server sums the survivors' uploads (server_sum) -> finish (server_finish: decode)
+
 Network: one-way ``latency``; every silo link has ``silo_bandwidth``; the server's link
 (``server_bandwidth``) is shared, so messages through it queue (FIFO). The download of the model
 is the same for both schemes (sent to the silos one after another, in a random order each
@@ -84,6 +89,7 @@ class StepSeconds:
     recovery_request_mean_bytes: float = 0.0  # mean: on the server's link (0: the largest)
     recovery_reply_bytes: int = 0
     plain_upload_bytes: int = 0
+    round_trips: int = 2  # 1: masking="aligned" (no recovery stage)
 
     @classmethod
     def zero(cls) -> StepSeconds:
@@ -102,7 +108,8 @@ class StepSeconds:
                 "plain_upload",
             )
         }
-        return cls(**steps, model_bytes=4 * d, **sizes)
+        trips = 1 if model.masking == "aligned" else 2
+        return cls(**steps, model_bytes=4 * d, **sizes, round_trips=trips)
 
 
 @dataclass
@@ -179,6 +186,11 @@ def simulate(
     arrive = np.sort(start + Xc + up, axis=1)
     svc = _transfer(steps.upload_bytes, net.server_bandwidth) + steps.server_upload
     close = _fifo(arrive[:, : n - s], svc)[:, -1]
+    if steps.round_trips == 1:  # group-aligned masks: sum and decode, nothing to recover
+        coded = close + steps.server_close + steps.server_sum + steps.server_finish
+        return _round_times(X, Xc, s, plain=plain, coded=coded, close=close)
+    if steps.round_trips != 2:
+        raise ValueError(f"round_trips must be 1 or 2, got {steps.round_trips}")
     # the n - s requests leave one after another: what they add up to is (n - s) times the
     # mean size (silo 0's, the largest, when no mean is given)
     req = _transfer(
@@ -199,9 +211,23 @@ def simulate(
     summed = close + steps.server_close + steps.server_sum
     taken = _fifo(np.maximum(back[:, :U], summed[:, None]), svc)  # requests left in order
     coded = taken[:, -1] + steps.server_finish
+    return _round_times(X, Xc, s, plain=plain, coded=coded, close=close)
 
-    Xs = np.sort(X, axis=1)
-    Xcs = np.sort(Xc, axis=1)
+
+def _round_times(
+    X: np.ndarray,
+    Xc: np.ndarray,
+    s: int,
+    *,
+    plain: np.ndarray,
+    coded: np.ndarray,
+    close: np.ndarray,
+) -> RoundTimes:
+    n = X.shape[1]
     return RoundTimes(
-        plain=plain, coded=coded, close=close, wait_all=Xs[:, -1], wait_coded=Xcs[:, n - s - 1]
+        plain=plain,
+        coded=coded,
+        close=close,
+        wait_all=np.sort(X, axis=1)[:, -1],
+        wait_coded=np.sort(Xc, axis=1)[:, n - s - 1],
     )

@@ -7,7 +7,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from simulations.stragglers.costs import fit_costs, measure_step_costs
+from simulations.stragglers.costs import fit_costs, mask_degree, measure_step_costs
 from simulations.stragglers.des import Network, StepSeconds, _fifo, simulate
 from simulations.stragglers.model import SiloTimes, _integrate_order_statistic, harmonic
 
@@ -195,3 +195,78 @@ def test_des_who_is_served_first_does_not_depend_on_who_is_slow() -> None:
 
     first, last = fixed((0, 1)), fixed((n - 2, n - 1))
     assert abs(first - last) < 0.05 * max(first, last)
+
+
+def test_aligned_cost_model_sizes_match_the_codec_and_have_no_recovery_stage() -> None:
+    """masking="aligned": the timed round is one round trip (no recovery messages, no recovery
+    costs), and the upload is 4d plus group 0's e confirmation tags."""
+    points = [
+        measure_step_costs(n, s, 64, rounds=1, masking="aligned")
+        for n, s in ((4, 1), (7, 1), (6, 2), (20, 2))
+    ]
+    model = fit_costs(points)
+    assert model.masking == "aligned"
+    for p in points:
+        assert p.e == mask_degree(p.n, p.s, "aligned")
+        assert p.client_recovery == p.server_recovery == 0.0
+        assert p.recovery_request_bytes == p.recovery_reply_bytes == 0
+        for what in ("train_request", "upload", "recovery_request", "recovery_reply"):
+            assert model.bytes(what, n=p.n, s=p.s, d=p.d) == getattr(p, f"{what}_bytes")
+        for step in ("client_recovery", "server_recovery"):
+            assert model.seconds(step, n=p.n, s=p.s, d=p.d) == 0.0
+    steps = StepSeconds.from_model(model, n=20, s=2, d=64)
+    assert steps.round_trips == 1 and steps.recovery_reply_bytes == 0
+
+
+def test_mask_degree_follows_the_mask_graph_over_the_groups() -> None:
+    assert mask_degree(20, 2, "shares") == 0
+    assert mask_degree(20, 2, "aligned") == 3  # 6 groups, T = 2: 3-connected
+    assert mask_degree(10, 2, "aligned") == 2  # 3 groups: the triangle
+    assert mask_degree(100, 50, "aligned") == 0  # one group: no mask at all
+    with pytest.raises(ValueError, match="masking"):
+        mask_degree(10, 2, "nonsense")
+
+
+def test_fit_refuses_points_of_two_maskings() -> None:
+    points = [
+        measure_step_costs(4, 1, 64, rounds=1),
+        measure_step_costs(4, 1, 64, rounds=1, masking="aligned"),
+    ]
+    with pytest.raises(ValueError, match="one masking"):
+        fit_costs(points)
+
+
+def test_des_one_round_trip_closes_sums_and_decodes() -> None:
+    """round_trips = 1: the round ends at close + close_collection + sum + finish, whatever
+    the recovery steps would have cost; with every cost zero it is X_(n-s) again."""
+    m = SiloTimes.iid(10, mu=1.0)
+    net = Network(latency=0.05)
+    one = StepSeconds(server_close=0.01, server_sum=0.02, server_finish=0.03, round_trips=1)
+    rt = simulate(m, 2, steps=one, net=net, rounds=300, rng=np.random.default_rng(5))
+    np.testing.assert_allclose(rt.coded, rt.close + 0.06)
+    slow = replace(one, client_recovery=5.0, recovery_reply_bytes=10**9)
+    again = simulate(m, 2, steps=slow, net=net, rounds=300, rng=np.random.default_rng(5))
+    np.testing.assert_allclose(again.coded, rt.coded)
+    two = simulate(
+        m,
+        2,
+        steps=replace(one, round_trips=2),
+        net=net,
+        rounds=300,
+        rng=np.random.default_rng(5),
+    )
+    # the recovery round trip (two latencies) is longer than the sum it hides
+    assert (two.coded - rt.coded >= 2 * 0.05 - 0.02 - 1e-9).all()
+    zero = simulate(
+        m,
+        2,
+        steps=StepSeconds(round_trips=1),
+        net=Network.instant(),
+        rounds=300,
+        rng=np.random.default_rng(5),
+    )
+    np.testing.assert_allclose(zero.coded, zero.wait_coded)
+    with pytest.raises(ValueError, match="round_trips"):
+        simulate(
+            m, 2, steps=replace(one, round_trips=3), net=net, rounds=1, rng=np.random.default_rng(5)
+        )
