@@ -89,11 +89,13 @@ class CodedSecAgg(Strategy):
     code
         ``"auto"``, ``"polynomial"`` or ``"repetition"``.
     masking
-        ``"shares"`` (default): secret-shared masks, two round trips per round.
+        ``"auto"`` (default): ``"aligned"`` where the code is the repetition code (what
+        ``code="auto"`` picks for s > 0), else ``"shares"``.
         ``"aligned"``: group-aligned masks (the repetition code only): once the silos' edge
         keys are dealt (through the first two rounds' uploads) a round takes one round trip,
         like plain FedAvg, and the server needs no recovery stage whoever straggles
         (``docs/protocol.md``, "One round trip with group-aligned masks").
+        ``"shares"``: secret-shared masks, two round trips per round (any exact code).
     extra_replies, extra_wait
         Wait up to ``extra_wait`` seconds for ``extra_replies`` uploads beyond n - s, to check
         that replicas agree (1 detects, 2 names the silo).
@@ -129,7 +131,7 @@ class CodedSecAgg(Strategy):
         max_weight: float | None = None,
         metric_keys: Iterable[str] = (),
         code: str = "auto",
-        masking: str = "shares",
+        masking: str = "auto",
         extra_replies: int = 0,
         extra_wait: float = 2.0,
         headroom_bits: int = 8,

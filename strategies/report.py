@@ -111,7 +111,8 @@ class RoundReport:
                 else ""
             )
             + self._replicas()
-            + f", {self.round_trips} round trips{rekeyed}{named}"
+            + f", {self.round_trips} round trip{'' if self.round_trips == 1 else 's'}"
+            + f"{rekeyed}{named}"
         )
 
     def _replicas(self) -> str:

@@ -69,9 +69,11 @@ class ProtocolConfig:
         Distinguishes two protocol sessions of the same run (e.g. two ``start`` calls): part
         of the digest and of every key, so a silo starts afresh (new keys, round counter).
     masking
-        ``"shares"`` (LightSecAgg-style secret-shared masks, two round trips per round) or
+        ``"shares"`` (LightSecAgg-style secret-shared masks, two round trips per round),
         ``"aligned"`` (group-aligned masks, one round trip once the edge keys are dealt;
-        the repetition code only: :mod:`coded_fl.secagg.aligned`).
+        the repetition code only: :mod:`coded_fl.secagg.aligned`), or ``"auto"``: aligned
+        where the code is the repetition code (``code="auto"`` picks it), shares otherwise
+        (:attr:`masking_used` says which).
     """
 
     num_silos: int
@@ -135,10 +137,15 @@ class ProtocolConfig:
                 f"code={self.code!r} is approximate; secure aggregation needs an exact code: "
                 "use code='auto', 'polynomial' or 'repetition'"
             )
-        if self.masking not in ("shares", "aligned"):
-            raise ConfigurationError(f"masking must be 'shares' or 'aligned', got {self.masking!r}")
+        if self.masking not in ("shares", "aligned", "auto"):
+            raise ConfigurationError(
+                f"masking must be 'shares', 'aligned' or 'auto', got {self.masking!r}"
+            )
+        used = self.masking
+        if used == "auto":
+            used = "aligned" if isinstance(code, GroupCode) else "shares"
         edges: tuple[tuple[int, int], ...] = ()
-        if self.masking == "aligned":
+        if used == "aligned":
             if not isinstance(code, GroupCode):
                 raise ConfigurationError(
                     f"masking='aligned' needs the repetition code (code='auto' picks it when "
@@ -164,7 +171,13 @@ class ProtocolConfig:
             )
         sharing = MaskSharing(n=n, privacy=t, threshold=u, length=self.vector_length, field=fld)
         self._derived.update(
-            field=fld, code=code, quantization=quant, sharing=sharing, U=u, edges=edges
+            field=fld,
+            code=code,
+            quantization=quant,
+            sharing=sharing,
+            U=u,
+            edges=edges,
+            masking=used,
         )
 
     # ------------------------------------------------------------------ derived objects
@@ -209,9 +222,14 @@ class ProtocolConfig:
         return code
 
     @property
+    def masking_used(self) -> str:
+        """``"shares"`` or ``"aligned"``: :attr:`masking` with ``"auto"`` resolved."""
+        return self._derived["masking"]
+
+    @property
     def aligned(self) -> bool:
         """Whether rounds use group-aligned masks once the edge keys are dealt."""
-        return self.masking == "aligned"
+        return self.masking_used == "aligned"
 
     @property
     def U(self) -> int:

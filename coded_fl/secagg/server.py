@@ -389,9 +389,6 @@ class ServerMachine:
             return
         self._take_edge_fields(msg)
 
-    def _on_edge_fields(self, msg: Upload, rnd: _Round) -> None:
-        self._check_edge_fields(msg, rnd.deal)
-
     def _check_edge_fields(
         self, msg: Upload, deal: dict[int, frozenset[tuple[int, int, int]]]
     ) -> None:
@@ -459,17 +456,23 @@ class ServerMachine:
                 f"upload has {msg.masked.numel()} elements, expected {cfg.vector_length}",
                 sender=msg.sender,
             )
-        self._on_edge_fields(msg, rnd)
+        self._check_edge_fields(msg, rnd.deal)
         if rnd.aligned:
             if msg.shares or msg.tags or msg.context:
                 raise RemoteProtocolError(
                     "a group-masked round's upload carries no shares, tags or context",
                     sender=msg.sender,
                 )
-            self._validate_masked(msg)
-            self._take_edge_fields(msg)
-            rnd.uploads[msg.sender] = msg
-            return
+        else:
+            self._check_share_fields(msg)
+        self._validate_masked(msg)
+        self._take_edge_fields(msg)
+        rnd.uploads[msg.sender] = msg
+
+    def _check_share_fields(self, msg: Upload) -> None:
+        """A secret-shared round's upload: one tag per silo of its derived set and one sealed
+        share per roster silo outside it, in order, each of its fixed size."""
+        cfg = self.config
         members = sorted(self.roster)
         derived = cfg.sharing.derived_set(msg.sender, members)
         if [r for r, _ in msg.tags] != list(derived):
@@ -492,9 +495,6 @@ class ServerMachine:
                 f"the share context must be {CONTEXT_BYTES} bytes and every tag {CONFIRM_BYTES}",
                 sender=msg.sender,
             )
-        self._validate_masked(msg)
-        self._take_edge_fields(msg)
-        rnd.uploads[msg.sender] = msg
 
     def _validate_masked(self, msg: Upload) -> None:
         try:

@@ -156,7 +156,7 @@ def main(grid: Grid, context: Context) -> None:
         metric_keys=("train_loss",),
         extra_replies=int(rc["extra-replies"]),
         code=str(rc.get("code", "auto")),
-        masking=str(rc.get("masking", "shares")),
+        masking=str(rc.get("masking", "auto")),
         headroom_bits=int(rc.get("headroom-bits", 8)),
         max_erased_fraction=float(rc.get("max-erased-fraction", 0.01)),
         round_timeout=float(rc["round-timeout"]),

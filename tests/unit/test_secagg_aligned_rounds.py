@@ -74,6 +74,40 @@ def test_aligned_masking_needs_the_repetition_code() -> None:
         ProtocolConfig(num_silos=6, vector_length=10, masking="pairwise")
 
 
+@pytest.mark.parametrize(
+    ("code", "s", "used"),
+    [("auto", 1, "aligned"), ("repetition", 2, "aligned"), ("polynomial", 1, "shares")],
+)
+def test_auto_masking_is_aligned_exactly_where_the_code_is_the_repetition_code(
+    code: str, s: int, used: str
+) -> None:
+    cfg = ProtocolConfig(
+        num_silos=6,
+        num_stragglers=s,
+        privacy_threshold=1,
+        vector_length=10,
+        code=code,
+        masking="auto",
+    )
+    assert cfg.masking_used == used and cfg.aligned == (used == "aligned")
+    assert bool(cfg.mask_edges) == (used == "aligned")
+    # the silos rebuild the same configuration from what the server sends
+    assert ProtocolConfig.from_json(cfg.to_json()).masking_used == used
+
+
+def test_auto_rounds_take_one_round_trip_from_round_3_through_the_machines() -> None:
+    cfg = dataclasses.replace(_config(7, 1, 1), masking="auto")
+    h = Harness(cfg, seed=2)
+    h.setup()
+    trips = []
+    for r in range(1, 5):
+        res = h.run_round(r).result
+        assert isinstance(res, RoundResult)
+        assert torch.equal(res.aggregate, cfg.field.element(h.expected_total(r)))
+        trips.append(1 if not res.responders else 2)
+    assert trips == [2, 2, 1, 1]
+
+
 def _dealt(cfg: ProtocolConfig) -> tuple[Harness, dict[int, ClientMachine]]:
     h = Harness(cfg, seed=5)
     h.setup()

@@ -239,7 +239,7 @@ def main(grid: Grid, context: Context) -> None:
             privacy_threshold=int(rc["privacy-threshold"]),
             recovery_threshold=int(rc["recovery-threshold"]) or None,
             extra_replies=int(rc["extra-replies"]),
-            masking=str(rc.get("masking", "shares")),
+            masking=str(rc.get("masking", "auto")),
             round_timeout=timeout,
             recovery_timeout=float(rc["recovery-timeout"]),
             key_timeout=float(rc["key-timeout"]),
