@@ -68,6 +68,7 @@ __all__ = [
     "Edge",
     "edge_dealer",
     "edge_seed",
+    "edge_silos",
     "edge_tag",
     "group_mask",
     "incident",
@@ -182,10 +183,16 @@ def edge_dealer(edge: Edge, groups: Sequence[Sequence[int]], members: Sequence[i
     """
     q, h = edge
     present = set(members)
-    holders = sorted(s for s in (*groups[q], *groups[h]) if s in present)
+    holders = sorted(edge_silos(groups, edge) & present)
     if not holders:
         raise InputError(f"no silo of groups {q} and {h} has keys: edge {edge} cannot be dealt")
     return holders[0]
+
+
+def edge_silos(groups: Sequence[Sequence[int]], edge: Edge) -> frozenset[int]:
+    """The silos an edge's key belongs to: the members of its two groups."""
+    q, h = edge
+    return frozenset((*groups[q], *groups[h]))
 
 
 def new_edge_key() -> bytes:

@@ -75,6 +75,7 @@ from coded_fl.prg import Entropy, MaskStream, fresh_seed
 from coded_fl.quantize import QuantizationStats, RoundingKey
 from coded_fl.secagg.aligned import (
     EDGE_KEY_BYTES,
+    edge_silos,
     edge_tag,
     group_mask,
     incident,
@@ -571,7 +572,7 @@ class ClientMachine:
         def members(e: tuple[int, int], who: int, what: str) -> None:
             if e not in edges:
                 raise RemoteProtocolError(f"{what}: {e} is not a mask-graph edge", sender=SERVER)
-            inside = {*groups[e[0]], *groups[e[1]]}
+            inside = edge_silos(groups, e)
             if silo not in inside or who not in inside or who == silo:
                 raise RemoteProtocolError(
                     f"{what}: edge {e} joins silos {sorted(inside)}; silo {who} and this silo "

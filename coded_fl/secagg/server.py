@@ -57,7 +57,7 @@ from coded_fl.errors import (
     RemoteProtocolError,
 )
 from coded_fl.quantize import dequantize
-from coded_fl.secagg.aligned import EDGE_KEY_BYTES, EDGE_TAG_BYTES, incident
+from coded_fl.secagg.aligned import EDGE_KEY_BYTES, EDGE_TAG_BYTES, edge_silos, incident
 from coded_fl.secagg.config import ProtocolConfig
 from coded_fl.secagg.derive import CONFIRM_BYTES, CONTEXT_BYTES
 from coded_fl.secagg.messages import (
@@ -313,8 +313,7 @@ class ServerMachine:
 
     # ------------------------------------------------------------------ edge keys (aligned)
     def _edge_members(self, edge: tuple[int, int]) -> list[int]:
-        groups = self.config.group_code.groups
-        return sorted(m for m in {*groups[edge[0]], *groups[edge[1]]} if m in self.roster)
+        return sorted(edge_silos(self.config.group_code.groups, edge) & self.roster.keys())
 
     def _edge_reference(self, edge: tuple[int, int]) -> tuple[int, bytes] | None:
         """The holder whose key of ``edge`` everyone should have (the smallest member that
