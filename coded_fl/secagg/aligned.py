@@ -190,7 +190,19 @@ def edge_dealer(edge: Edge, groups: Sequence[Sequence[int]], members: Sequence[i
 
 
 def edge_silos(groups: Sequence[Sequence[int]], edge: Edge) -> frozenset[int]:
-    """The silos an edge's key belongs to: the members of its two groups."""
+    """The silos an edge's key belongs to: the members of its two groups.
+
+    Parameters
+    ----------
+    groups
+        The repetition code's silo groups.
+    edge
+        (q, h), a mask-graph edge.
+
+    Returns
+    -------
+    frozenset of int
+    """
     q, h = edge
     return frozenset((*groups[q], *groups[h]))
 
