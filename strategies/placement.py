@@ -193,26 +193,40 @@ class ShuffledTraining:
 
     # ------------------------------------------------------------------ epochs
     def shuffle(self, run_id: str, epoch: int, before_round: int) -> EpochBytes:
-        """One epoch from what the silos hold now to the placement of :attr:`parts`."""
-        job = ShuffleJob.make(
-            run_id=run_id,
-            epoch=epoch,
-            current=self.holdings.assignment(),
-            nxt=code_assignment(self.support, self.parts),
-            K=self.K,
-            t=self.t,
-            mode="decentralized",
-        )
-        res = self.relay.run(job)
-        self.results.append(res)
-        self.holdings.update(res)
+        """One epoch from what the silos hold now to the placement of :attr:`parts`.
+
+        The silos report their stores at the hello. If the server's view had fallen behind (a
+        delivery reply lost after its commit), the view takes the reported holdings (the relay
+        stops such an epoch before any key or data moves when the stale silo had to send), and
+        an epoch that did not complete is planned again once, under the next epoch number."""
+        spent = 0.0
+        for attempt in range(2):
+            job = ShuffleJob.make(
+                run_id=run_id,
+                epoch=epoch + attempt,
+                current=self.holdings.assignment(),
+                nxt=code_assignment(self.support, self.parts),
+                K=self.K,
+                t=self.t,
+                mode="decentralized",
+            )
+            res = self.relay.run(job)
+            self.results.append(res)
+            spent += float(res.seconds.get("total", 0.0))
+            corrected = self.holdings.update(res)
+            if not (corrected and not res.ok):
+                break
+            self._say(
+                f"[coded-fl shuffle] epoch {job.epoch}: the view of the stores was stale "
+                f"({res.aborted}); planning again from what the silos reported"
+            )
         ready = [
             k
             for k in range(self.K)
             if self.holdings.ready(k, partition_holders(self.support, k), self.parts)
         ]
         out = EpochBytes(
-            epoch=epoch,
+            epoch=job.epoch,
             before_round=before_round,
             coded_bytes=res.uplink_bytes,
             plain_bytes=res.uncoded_uplink_bytes,
@@ -222,7 +236,7 @@ class ShuffledTraining:
             t=self.t,
             complete=tuple(ready),
             incomplete=tuple(k for k in range(self.K) if k not in ready),
-            seconds=float(res.seconds.get("total", 0.0)),
+            seconds=spent,
         )
         self.epochs.append(out)
         self._say(out.line())
@@ -279,13 +293,13 @@ class ShuffledTraining:
         for _ in range(self.placement_retries):  # a round needs all but s silos placed
             if len(self.epochs[-1].incomplete) <= spare:
                 break
-            self.shuffle(run_id, len(self.epochs) + 1, before_round=1)
+            self.shuffle(run_id, len(self.results) + 1, before_round=1)
         E = self.reshuffle_every
 
         def before_round(r: int) -> ConfigRecord:
             if E and r > 1 and (r - 1) % E == 0:  # before rounds E + 1, 2E + 1, ...
                 self.parts = mixed_partitions(self.parts, rng=self._rng)
-                self.shuffle(run_id, len(self.epochs) + 1, before_round=r)
+                self.shuffle(run_id, len(self.results) + 1, before_round=r)
             return ConfigRecord({PARTITION_UNITS_ENTRY: partition_units_json(self.parts)})
 
         result = self.strategy.start(

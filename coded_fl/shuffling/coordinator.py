@@ -163,6 +163,7 @@ class RelayCoordinator:
         self.aborted = ""
         self._keys: dict[int, tuple[bytes, bytes]] = {}
         self._store_epoch: dict[int, int | None] = {}
+        self._holdings: dict[int, tuple[UnitId, ...] | None] = {}
         self._node: dict[int, int] = {}
         self._errors: dict[int, str] = {}
         self._notes: list[str] = []
@@ -307,6 +308,29 @@ class RelayCoordinator:
         self._node[m] = node
         self._keys[m] = (p.public_key, p.tag)
         self._store_epoch[m] = p.store_epoch
+        self._holdings[m] = p.holdings
+
+    def stale_silos(self) -> dict[int, tuple[UnitId, ...]]:
+        """Silos whose hello reported a store that lacks units the job's current assignment
+        gives them (the server's view fell behind, e.g. a delivery reply lost after the
+        commit): silo -> those units. The job cannot be delivered as planned.
+
+        Returns
+        -------
+        dict of int to tuple of UnitId
+            Empty when every answering silo holds what the job says it holds (or did not
+            report its holdings).
+        """
+        current, _ = self.job.assignments()
+        out: dict[int, tuple[UnitId, ...]] = {}
+        for k, held in sorted(self._holdings.items()):
+            if held is None or k >= self.job.K:
+                continue
+            have = set(held)
+            lacking = tuple(u for u in self.job.units if k in current.get(u, ()) and u not in have)
+            if lacking:
+                out[k] = lacking
+        return out
 
     def hello_complete(self) -> bool:
         """True once every member of the job answered the hello (a driver may stop waiting)."""
@@ -334,6 +358,18 @@ class RelayCoordinator:
             return self._abort(f"the central sender (member {sender}) did not answer the hello")
         if not any(m < self.job.K for m in self._keys):
             return self._abort("no silo answered the hello")
+        # a stale silo that must send cannot: stop before any key is made (the others would
+        # wait on it); one that only receives drops at the plan stage, naming what it lacks
+        stale = {k: u for k, u in self.stale_silos().items() if self.routing.messages_from(k).size}
+        if stale:
+            named = "; ".join(
+                f"silo {k} lacks {len(u)} unit(s) it is listed as holding, e.g. {list(u[:3])}"
+                for k, u in sorted(stale.items())
+            )
+            return self._abort(
+                f"stale view of the stores: {named}: plan again from the holdings the silos "
+                "reported (ShuffleResult.silos[k].holdings)"
+            )
         self.roster = Roster.of(
             self.job.run_id,
             self.job.epoch,
@@ -593,6 +629,7 @@ class RelayCoordinator:
                 rep.store_epoch,
                 rep.refused,
                 "" if r.complete else err,
+                self._holdings.get(k),
             )
         if self.aborted:
             status: Status = "aborted"
@@ -600,7 +637,14 @@ class RelayCoordinator:
             status = "dropped"
         else:
             status = "absent"
-        return SiloOutcome(k, status, missing=self._needs(k), store_epoch=epoch, error=err)
+        return SiloOutcome(
+            k,
+            status,
+            missing=self._needs(k),
+            store_epoch=epoch,
+            error=err,
+            holdings=self._holdings.get(k),
+        )
 
     def finish(self, *, seconds: Mapping[str, float] | None = None) -> ShuffleResult:
         """The result so far (call it after the last stage, or after an abort).

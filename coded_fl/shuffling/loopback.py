@@ -32,6 +32,7 @@ def run_loopback(
     stores: Mapping[int, UnitStore],
     *,
     drop: Callable[[str, int], bool] | None = None,
+    lose: Callable[[str, int], bool] | None = None,
     tamper: Callable[[str, int, Packet], Packet] | None = None,
     tap: Callable[[bytes], None] | None = None,
 ) -> ShuffleResult:
@@ -48,6 +49,9 @@ def run_loopback(
         Member id -> its store.
     drop
         ``drop(stage, member)`` True: the member vanishes at that stage.
+    lose
+        ``lose(stage, member)`` True: the member handles that stage's request (its store
+        may commit) but its reply never reaches the relay.
     tamper
         ``tamper(stage, member, packet)`` may rewrite a request before the member gets it.
     tap
@@ -65,6 +69,7 @@ def run_loopback(
     """
     relay = RelayCoordinator(job)
     gone = drop or (lambda stage, m: False)
+    lost = lose or (lambda stage, m: False)
 
     def ask(stage: str, m: int, packet: Packet) -> Packet:
         if tamper is not None:
@@ -94,7 +99,11 @@ def run_loopback(
                     relay.fail(m, "no reply (dropped)")
                     continue
                 try:
-                    on_reply(m, ask(name, m, packet))
+                    reply = ask(name, m, packet)
+                    if lost(name, m):
+                        relay.fail(m, "no reply (lost)")
+                        continue
+                    on_reply(m, reply)
                 except CodedFLError as exc:
                     relay.fail(m, str(exc))
             if not close():

@@ -423,7 +423,11 @@ class ShuffleMember:
                 member=self.member,
                 public_key=pub,
             )
-        return HelloReply(p.digest, self.member, pub, tag, store.epoch)
+        held = None
+        if self._is_silo(job):
+            have = set(store.units())
+            held = tuple(u for u in job.units if u in have)
+        return HelloReply(p.digest, self.member, pub, tag, store.epoch, held)
 
     def _on_group_key(self, p: GroupKeyRequest, store: UnitStore) -> GroupKeyReply:
         """The leader draws the group key and seals it for every other member (once)."""

@@ -205,16 +205,33 @@ class Holdings:
                 out.setdefault(u, set()).add(k)
         return {u: frozenset(s) for u, s in out.items()}
 
-    def update(self, result: ShuffleResult) -> None:
+    def update(self, result: ShuffleResult) -> bool:
         """Apply an epoch's outcome: a complete silo holds its target units; any other keeps
-        its old units plus the units it reported received (verified and committed)."""
+        its old units plus the units it reported received (verified and committed). "Its old
+        units" are what its store reported at the epoch's hello when it did (that corrects a
+        view left behind by a reply lost after a commit), else what this view had.
+
+        Returns
+        -------
+        bool
+            True iff a store's reported holdings differed from this view (it was corrected).
+        """
         _, target = result.job.assignments()
+        job_units = set(result.job.units)
+        corrected = False
         for outcome in result.silos:
             k = outcome.silo
+            old = self.held.setdefault(k, set())
+            if outcome.holdings is not None:
+                reported = set(outcome.holdings)
+                if reported != old & job_units:
+                    corrected = True
+                old = self.held[k] = (old - job_units) | reported
             if not result.aborted and outcome.status == "complete":
                 self.held[k] = {u for u, silos in target.items() if k in silos}
             else:
-                self.held.setdefault(k, set()).update(outcome.received)
+                old.update(outcome.received)
+        return corrected
 
     def ready(self, silo: int, partitions: Sequence[int], parts: Partitions) -> bool:
         """True iff ``silo`` holds every unit of every partition in ``partitions``."""

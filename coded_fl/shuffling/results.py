@@ -49,6 +49,9 @@ class SiloOutcome:
         The messages the silo refused, with the reason.
     error
         Why the silo dropped or is incomplete ("" if nothing went wrong).
+    holdings
+        The units of the job its store held in full when it answered the hello (None if it
+        did not answer, or is an older peer that does not report them).
     """
 
     silo: int
@@ -60,6 +63,7 @@ class SiloOutcome:
     store_epoch: int | None = None
     refused: tuple[str, ...] = ()
     error: str = ""
+    holdings: tuple[UnitId, ...] | None = None
 
 
 @dataclass(frozen=True)

@@ -345,12 +345,16 @@ class Hello(Packet):
 @dataclass(frozen=True)
 class HelloReply(Packet):
     """Member -> relay: its public key for the epoch (empty: not a member of this job), the
-    organisation tag (empty without an organisation key), its store's epoch."""
+    organisation tag (empty without an organisation key), its store's epoch, and (a silo) the
+    units of the job its store holds in full: the relay checks the job's current assignment
+    against them before anything else is done (a reply lost after a commit leaves the server's
+    view of a store behind; public unit ids only, as in a delivery report)."""
 
     KIND: ClassVar[int] = 2
     public_key: bytes = b""
     tag: bytes = b""
     store_epoch: int | None = None
+    holdings: tuple[UnitId, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -627,6 +631,7 @@ def _parts(p: Packet, blobs: _Blobs) -> dict[str, Any]:
         d["job"] = p.job.to_json()
     elif isinstance(p, HelloReply):
         d.update(public_key=p.public_key.hex(), tag=p.tag.hex(), store_epoch=p.store_epoch)
+        d["holdings"] = None if p.holdings is None else list(p.holdings)
     elif isinstance(p, (GroupKeyRequest, JoinRequest)):
         if p.roster is None:
             raise InputError(f"{type(p).__name__} needs a roster")
@@ -784,6 +789,7 @@ def decode(raw: bytes | bytearray | memoryview) -> Packet:
                 public_key=bytes.fromhex(_typed(d, "public_key", str)),
                 tag=bytes.fromhex(_typed(d, "tag", str)),
                 store_epoch=_opt_int(d, "store_epoch"),
+                holdings=None if d.get("holdings") is None else tuple(_unit_list(d, "holdings")),
             )
         if cls is GroupKeyRequest:
             return GroupKeyRequest(**head, roster=roster_from_json(d["roster"]))

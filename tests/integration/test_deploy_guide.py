@@ -38,7 +38,9 @@ def test_local_tls_deployment_runs_and_stops_cleanly(tmp_path: Path) -> None:
     assert res.returncode == 0, out[-4000:]
     assert "SuperLink running on https://127.0.0.1:" in out
     assert out.count("connected (pid") == 3
-    assert "round 1: used 2/3 replies" in out, out[-4000:]
+    # the round closes once n - s = 2 replies are in; on a loaded machine the third can come
+    # in the same pull and is used too (CI saw "used 3/3"): either is a completed round
+    assert re.search(r"round 1: used [23]/3 replies", out), out[-4000:]
     # n = 3, s = 1: the default masking's single silo group needs no mask graph, so the round
     # is group-masked from round 1: one round trip
     assert re.search(r"\b1 round trip\b(?!s)", out), out[-4000:]

@@ -65,9 +65,17 @@ def test_silo_nodes_fix_which_node_is_which_silo() -> None:
 
 class _LoopbackRelay:
     """ShuffleRelay's interface over run_loopback (real machines, real stores, no Flower);
-    ``drops[epoch]`` = silos that vanish in that epoch's delivery."""
+    ``drops[epoch]`` = silos that vanish in that epoch's delivery; ``loses[epoch]`` = silos
+    that commit that epoch's delivery but whose reply is lost."""
 
-    def __init__(self, tmp_path, K: int, units: int, drops: dict[int, set[int]]) -> None:
+    def __init__(
+        self,
+        tmp_path,
+        K: int,
+        units: int,
+        drops: dict[int, set[int]],
+        loses: dict[int, set[int]] | None = None,
+    ) -> None:
         from coded_fl.shuffling import ShuffleMember, UnitStore
         from coded_fl.shuffling.partitions import own_units, pack_examples
         from coded_fl.shuffling.units import UnitSpec, digest
@@ -81,15 +89,22 @@ class _LoopbackRelay:
                 for u, r in zip(own_units(m, units), raws, strict=True)
             ]
             store.commit(add=dict(zip(specs, raws, strict=True)), epoch=0, known=specs)
-        self.drops = drops
+        self.drops, self.loses = drops, loses or {}
+        self.jobs: list = []
         self.nodes_of_members = {m: 100 + m for m in range(K)}
 
     def run(self, job):  # type: ignore[no-untyped-def]
         from coded_fl.shuffling import run_loopback
 
+        self.jobs.append(job)
         gone = self.drops.get(job.epoch, set())
+        lost = self.loses.get(job.epoch, set())
         return run_loopback(
-            job, self.members, self.stores, drop=lambda stage, m: stage == "deliver" and m in gone
+            job,
+            self.members,
+            self.stores,
+            drop=lambda stage, m: stage == "deliver" and m in gone,
+            lose=lambda stage, m: stage == "deliver" and m in lost,
         )
 
 
@@ -107,3 +122,32 @@ def test_a_placement_that_leaves_too_few_silos_placed_is_run_again(tmp_path) -> 
     assert all(e.load == e.formula_load for e in run.epochs)
     assert not any(e.incomplete for e in reshuffles)
     assert all(rep.ok for rep in run.reports)
+
+
+def test_a_reply_lost_after_the_commit_is_caught_at_the_next_hello_and_replanned(tmp_path) -> None:
+    """Silo 0 commits a reshuffle (dropping units it held before) but its delivery report is
+    lost: the server's view still lists it as holding its old units. At the next reshuffle its
+    hello reports what its store holds; the job named it as the sender of units it dropped, so
+    that epoch stops before any key or data moves, the view takes the reported holdings, and
+    the epoch runs again (next epoch number) and completes. Every round completes."""
+    from coded_fl.shuffling.partitions import partition_holders
+    from strategies.placement import ShuffledTraining
+
+    relay = _LoopbackRelay(tmp_path, 4, 2, drops={}, loses={2: {0}})
+    lines: list[str] = []
+    run = ShuffledTraining(
+        _strategy(4), relay, units_per_silo=2, reshuffle_every=1, seed=1, progress=lines.append
+    )  # type: ignore[arg-type]
+    run.start(FakeGrid(4), _init(), 4)
+    res = run.results
+    assert res[1].outcome(0).status == "dropped"  # epoch 2: its report was lost
+    stale = [r for r in res if r.aborted.startswith("stale view of the stores: silo 0")]
+    assert len(stale) == 1 and stale[0].relayed == 0
+    after = res[res.index(stale[0]) + 1]
+    assert after.ok and after.job.epoch == stale[0].job.epoch + 1, after.lines()
+    assert any("view of the stores was stale" in line for line in lines)
+    assert [j.epoch for j in relay.jobs] == list(range(1, len(res) + 1))
+    assert all(rep.ok for rep in run.reports)
+    for i in range(4):  # the view is the stores, and each store holds exactly its partitions
+        want = {u for j in partition_holders(run.support, i) for u in run.parts[j]}
+        assert set(relay.stores[i].units()) == want == run.holdings.held[i]

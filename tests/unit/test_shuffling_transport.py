@@ -321,6 +321,30 @@ def test_a_silo_whose_store_lacks_its_units_is_named(tmp_path):
     assert [res.silos[k].status for k in (0, 1, 3)] == ["complete"] * 3
 
 
+def test_a_sending_silo_whose_store_is_behind_the_job_stops_the_epoch_at_the_hello(tmp_path):
+    """The server's view of a store can fall behind (a delivery reply lost after the commit):
+    a decentralized job that lists a silo as holding (and so sending) units its store lacks
+    stops at the hello, before any key or data moves, and every silo's reported holdings come
+    back so that the job can be planned again."""
+    data = _data()
+    now, nxt = _batches()
+    stores, members = _world(tmp_path, data, now, t=0)
+    stores[1].commit(drop=[1])  # silo 1 holds units 1 and 5 now; the job says 1 and 5
+    res = run_loopback(_job(now, nxt, "decentralized", t=0), members, stores)
+    assert res.aborted.startswith("stale view of the stores: silo 1 lacks 1 unit(s)")
+    assert "[1]" in res.aborted and res.relayed == 0 and res.uplink_bytes == 0
+    assert all(s.status == "aborted" for s in res.silos)
+    assert res.silos[1].holdings == (5,)
+    assert res.silos[0].holdings == (0, 4)
+    assert all(st.epoch == 0 for st in stores.values())  # nothing committed anywhere
+    # planned again from what the stores reported, the epoch goes through
+    fixed = {u: frozenset(k for k in range(K) if u in res.silos[k].holdings) for u in data}
+    fixed[1] = frozenset({0})  # unit 1 survives on silo 0
+    stores[0].commit(add={UnitManifest.from_data(data).spec(1): data[1]})
+    res2 = run_loopback(_job(fixed, nxt, "decentralized", t=0, epoch=2), members, stores)
+    assert res2.ok, res2.lines()
+
+
 def test_holders_that_disagree_on_a_unit_stop_the_epoch(tmp_path):
     data = _data()
     parts = [[u, u + K] for u in range(K)]
@@ -406,6 +430,8 @@ def test_every_packet_round_trips_and_garbage_is_refused():
         wire.Hello(d, -1, job),
         wire.HelloReply(d, 2, b"k" * 32, b"", None),
         wire.HelloReply(d, 2, b"k" * 32, b"tag", 5),
+        wire.HelloReply(d, 2, b"k" * 32, b"", 5, ("a", 1)),
+        wire.HelloReply(d, 2, b"k" * 32, b"", None, ()),
         wire.GroupKeyRequest(d, 0, roster),
         wire.GroupKeyReply(d, 0, ((3, b"box"),), b"share"),
         wire.JoinRequest(d, 3, roster, b"box"),
@@ -425,6 +451,14 @@ def test_every_packet_round_trips_and_garbage_is_refused():
     forged = raw.replace(b'"share":0', b'"share":7')
     with pytest.raises(RemoteProtocolError, match="blob"):
         wire.decode(forged)
+    import struct
+
+    for holdings in (["a", True], {"a": 1}, [1.5], "a"):  # holdings: a list of unit ids
+        reply = {"digest": d.hex(), "member": 2, "public_key": "6b" * 32, "tag": ""}
+        body = json.dumps({**reply, "store_epoch": 5, "holdings": holdings}).encode()
+        raw = struct.pack("<4sBBI", b"CFLS", 1, 2, len(body)) + body + struct.pack("<I", 0)
+        with pytest.raises(RemoteProtocolError):
+            wire.decode(raw)
     bad_job = dict(job.to_json(), K=0)
     body = json.dumps({"digest": d.hex(), "member": -1, "job": bad_job}).encode()
     import struct
