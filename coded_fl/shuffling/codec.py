@@ -45,10 +45,13 @@ def _xor_encode(src, ptr, rows, idx, out):  # pragma: no cover - compiled
     for b in range(idx.size):
         m = idx[b]
         o = out[b]
-        first = src[rows[ptr[m]]]
+        r0 = rows[ptr[m]]
+        first = src[r0]
         for x in range(width):
             o[x] = first[x]
         for j in range(ptr[m] + 1, ptr[m + 1]):
+            if rows[j] == r0:  # a fan-out message: one segment, one term per receiver
+                continue
             s = src[rows[j]]
             for x in range(width):
                 o[x] ^= s[x]
@@ -63,8 +66,9 @@ def _xor_decode(buf, ptr, rows, idx, target, payloads):  # pragma: no cover - co
         p = payloads[b]
         for x in range(width):
             o[x] = p[x]
+        r = rows[target[b]]
         for j in range(ptr[m], ptr[m + 1]):
-            if j != target[b]:
+            if rows[j] != r:  # skips its own term, and the others' of a fan-out message
                 s = buf[rows[j]]
                 for x in range(width):
                     o[x] ^= s[x]
@@ -249,7 +253,8 @@ def decode(
 ) -> np.ndarray:
     """Decode messages ``indices`` (payloads row by row) into a silo's buffer.
 
-    For each message, the one term meant for ``silo`` is ``payload ^ (XOR of the other terms)``;
+    For each message, the one term meant for ``silo`` is ``payload ^ (XOR of the other terms)``
+    (a fan-out message's other terms are the same segment for other receivers: none is XORed);
     it is written into ``buf`` and marked known. Nothing is written unless every message
     passes the checks.
 
@@ -299,10 +304,11 @@ def decode(
             f"message {int(idx[bad])} carries {int(per_msg[bad])} terms for silo {silo}, not 1"
         )
     target = ti[mine]
+    msg_of = np.repeat(idx, counts - 1)
     others = ti[~mine]
-    lacking_rows = ~buf.known[rows[others]]
+    own_row = np.repeat(rows[target], counts - 1)
+    lacking_rows = ~buf.known[rows[others]] & (rows[others] != own_row)
     if lacking_rows.any():
-        msg_of = np.repeat(idx, counts - 1)
         m = int(msg_of[np.flatnonzero(lacking_rows)[0]])
         units = plan.unit_of_row(rows[others][lacking_rows & (msg_of == m)])
         lacking = sorted({plan.manifest.ids[int(n)] for n in units}, key=repr)

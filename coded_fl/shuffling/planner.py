@@ -12,14 +12,19 @@ Schemes (loads and sources in :mod:`coded_fl.shuffling.theory`):
     No sender: silos send to each other through a relay (Wan, Tuninetti, Ji, Caire, Piantanida
     2020, distributed clique cover). Each term of the XOR above is split into t pieces, one per
     silo of :math:`S \\setminus k`; silo j of S sends the XOR of its pieces of the terms of the
-    other silos of S, all of which it caches. At t = 0 a holder sends each needed unit whole.
+    other silos of S, all of which it caches. At t = 0 a holder sends each needed unit whole,
+    once: the relay forwards that one message to every silo that needs the unit (fan-out; with
+    the gradient code a unit's new holders are the s + 1 silos of its partition's support).
 ``uncoded`` (``coded=False``)
     The baseline: every missing subfile (or piece) is its own message.
 
 Every message is the XOR of equally long segments (``layout.piece_size`` bytes), and every term of
 a message is decoded by exactly one silo (``term_silo``), which knows all the other terms: decoding
-is one XOR pass per message, no elimination. XOR already meets the uncoded-storage lower bound in
-the centralized setting (theory module), so GF(2^8) combinations would not lower the load there.
+is one XOR pass per message, no elimination. A message's segments are either all distinct, or
+(the t = 0 fan-out) one segment repeated once per receiver: it carries that segment alone
+(encoding and decoding XOR distinct segments only). XOR already meets the uncoded-storage lower
+bound in the centralized setting (theory module), so GF(2^8) combinations would not lower the
+load there.
 
 >>> from coded_fl.shuffling.units import UnitManifest
 >>> m = UnitManifest.from_data({u: bytes([u]) * 12 for u in range(4)})
@@ -53,6 +58,7 @@ from coded_fl.shuffling.placement import (
 from coded_fl.shuffling.theory import (
     centralized_load,
     decentralized_load,
+    fanout_load,
     uncoded_load,
 )
 from coded_fl.shuffling.units import Layout, UnitId, UnitManifest
@@ -146,6 +152,8 @@ class ShufflePlan:
             return uncoded_load(self.K, self.t, m)
         if self.mode == "centralized":
             return centralized_load(self.K, self.t, m)
+        if self.t == 0:
+            return fanout_load(self.needs)
         return decentralized_load(self.K, self.t, m)
 
     # -- routing -----------------------------------------------------------------------------
@@ -405,7 +413,7 @@ def _coded(
     if t == K or not any(needs):
         return _pack([])
     if mode == "decentralized" and t == 0:
-        return _uncoded(K, t, mode, needs, holders, layout)
+        return _fanout(K, needs, holders, layout)
     groups = subsets(K, t + 1)  # (nS, t+1): every (t+1)-set S
     # sub[:, p]: subfile index of S minus its p-th member
     sub = np.stack([colex_rank(np.delete(groups, p, axis=1)) for p in range(t + 1)], axis=1)
@@ -438,6 +446,28 @@ def _coded(
             rows = (base[sel] + piece[None, :])[m]
             parts.append((groups[sel, j], m.sum(axis=1), rows, groups[sel][m]))
     return _pack(parts)
+
+
+def _fanout(
+    K: int,
+    needs: tuple[tuple[int, ...], ...],
+    holders: tuple[frozenset[int], ...],
+    layout: Layout,
+) -> _Arrays:
+    """t = 0, decentralized: each needed unit once, from its lowest holder, with one term (the
+    same segment) per silo that needs it; the relay forwards it to all of them."""
+    receivers: dict[int, list[int]] = {}
+    for k, units in enumerate(needs):
+        for n in units:
+            receivers.setdefault(n, []).append(k)
+    if not receivers:
+        return _pack([])
+    order = sorted(receivers)
+    counts = np.array([len(receivers[n]) for n in order], dtype=np.int64)
+    rows = np.repeat(np.array(order, dtype=np.int64) * layout.segments_per_unit, counts)
+    silos = np.array([k for n in order for k in receivers[n]], dtype=np.int64)
+    sender = np.array([min(holders[n]) for n in order], dtype=np.int64)
+    return _pack([(sender, counts, rows, silos)])
 
 
 def _uncoded(
@@ -495,7 +525,7 @@ def _plan_id(
     holders: tuple[frozenset[int], ...],
     target: tuple[frozenset[int], ...],
 ) -> bytes:
-    h = hashlib.sha256(b"codedfl-shuffle-plan-v1")
+    h = hashlib.sha256(b"codedfl-shuffle-plan-v2")  # v2: the t = 0 fan-out
     h.update(f"{K}:{t}:{mode}:{int(coded)}:{layout.n_subfiles}:{layout.n_pieces}".encode())
     h.update(f":{layout.piece_size}".encode() + manifest.fingerprint())
     for group in (holders, target):

@@ -58,7 +58,7 @@ centralized scheme sends :math:`\max_{k \in S} m_k` XORs for each (t+1)-set S
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from math import comb
 
 from coded_fl.errors import ConfigurationError
@@ -67,6 +67,7 @@ __all__ = [
     "centralized_load",
     "centralized_lower_bound",
     "decentralized_load",
+    "fanout_load",
     "storage_for_level",
     "uncoded_load",
     "worst_case_loads",
@@ -198,7 +199,8 @@ def decentralized_load(K: int, t: int, needs: Sequence[int] | int) -> float:
 
     For the i-th round of a (t+1)-set S, with c silos of S still needing a unit, c >= 2 makes all
     t+1 silos of S send, c = 1 makes the t others send. At t = 0 every needed unit is sent whole
-    by a holder; at t = K nothing is sent.
+    by a holder, once per receiver (when several silos need the same unit the planner sends it
+    once for all of them: :func:`fanout_load`); at t = K nothing is sent.
 
     Parameters
     ----------
@@ -238,6 +240,33 @@ def decentralized_load(K: int, t: int, needs: Sequence[int] | int) -> float:
         many = comb(K, t + 1) - comb(K - a, t + 1) - one
         total += (t + 1) * many + t * one
     return total / (t * comb(K, t))
+
+
+def fanout_load(needs: Sequence[Iterable[int]]) -> float:
+    """Load of the decentralized scheme at t = 0 with the relay's fan-out: each unit some
+    silo must receive is sent once, whole, by one holder, and the relay forwards it to every
+    silo that needs it.
+
+    With the gradient code a unit is wanted by every silo of its new partition's support
+    (s + 1 of them), so one upload serves them all where plain copying sends it to each.
+    The gain is the fan-out of replicated demands, not coding: nothing is XORed.
+
+    Parameters
+    ----------
+    needs
+        ``needs[k]``: the units (any hashable ids) silo k must receive.
+
+    Returns
+    -------
+    float
+        The number of distinct units needed by some silo, in units.
+
+    Examples
+    --------
+    >>> fanout_load([(0, 1), (0, 1), (2,)])  # units 0 and 1 go to two silos each
+    3.0
+    """
+    return float(len(set().union(*(set(n) for n in needs)))) if needs else 0.0
 
 
 def centralized_lower_bound(K: int, q: float, M: float) -> float:

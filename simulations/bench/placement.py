@@ -16,10 +16,14 @@ final accuracy, (a) beside it; the shuffling adds at most 10 % to the run's wall
 (the reshuffles' seconds over the rest of run (b); also shown: (b)'s wall time against (a)'s
 after their placements, whose time is mostly the simulation's actors starting).
 
-Silos that start with their own data hold no level-t caches, so the runs use t = 0 (coded and
-plain copying move the same bytes). Each reshuffle job of (b) is also planned at t = 1..3 (the
-planner, equal unit lengths): the load the same reshuffle would cost with level-t caches and the
-storage those caches take, beside plain copying.
+Silos that start with their own data hold no level-t caches, so the runs use t = 0. Bytes are
+those the relay receives (the silos' uploads: the shared link of the coded-shuffling model); at
+t = 0 each moved unit is uploaded once and fanned out by the relay to every silo of its new
+partition's support, where plain copying uploads it once per receiver (the gain is the fan-out
+of the code's replicas, not coding; each silo's download is the same either way). Each reshuffle
+job of (b) is also planned at t = 1..3 (the planner, equal unit lengths): the load the same
+reshuffle would cost with level-t caches (coded, no fan-out) and the storage those caches take,
+beside plain copying.
 """
 
 from __future__ import annotations
@@ -168,7 +172,9 @@ def run(report: Report, *, quick: bool) -> None:
     )
     _projection(report, runs["b_coded_reshuffle"])
     report.notes.append(
-        "t = 0: silos that start with their own data hold no level-t caches, and at t = 0 the "
-        "decentralized scheme sends every missing unit to each receiver, so coded == plain "
-        "copying. The projection rows give the same reshuffle at t = 1..3 (with caches)."
+        "t = 0: silos that start with their own data hold no level-t caches. At t = 0 each "
+        "moved unit is uploaded once and the relay fans it out to all its new holders (the "
+        "code's s + 1 replicas); plain copying uploads it once per receiver. The gain is the "
+        "fan-out, not coding; downloads are equal. The projection rows give the same "
+        "reshuffle at t = 1..3 (level-t caches, coded, no fan-out)."
     )

@@ -321,6 +321,29 @@ def test_a_silo_whose_store_lacks_its_units_is_named(tmp_path):
     assert [res.silos[k].status for k in (0, 1, 3)] == ["complete"] * 3
 
 
+def test_t0_fans_each_moved_unit_out_once_to_every_silo_that_needs_it(tmp_path):
+    """Decentralized, t = 0, the gradient code's replicas (s = 1: every unit on 2 silos, moving
+    to 2 others): each moved unit is uploaded once by its lowest holder and the relay forwards
+    it to both new holders; plain copying uploads it once per receiver. Real AES-GCM, real
+    stores; every silo ends with exactly its new units."""
+    data = _data()
+    parts = [[u, u + K] for u in range(K)]
+    now = cyclic_assignment(K, 1, parts)
+    nxt = {u: frozenset((k + 2) % K for k in h) for u, h in now.items()}
+    stores, members = _world(tmp_path, data, now, t=0)
+    res = run_loopback(_job(now, nxt, "decentralized", t=0), members, stores)
+    assert res.ok, res.lines()
+    _check_stores(res, stores, data, now, nxt)
+    plan = plan_shuffle(UnitManifest.from_data(data), now, nxt, K=K, t=0, mode="decentralized")
+    for i in range(plan.n_messages):  # one segment, one term per receiver, from a holder
+        rows, silos = plan.terms(i)
+        assert len(set(rows.tolist())) == 1 and len(silos) == 2
+        assert int(plan.msg_sender[i]) in plan.holders[int(rows[0])]
+    assert res.messages == len(data) and res.load == res.formula_load == len(data)
+    assert res.uplink_bytes * 2 == res.uncoded_uplink_bytes  # 1/(s + 1) of plain copying
+    assert res.downlink_bytes == res.uncoded_downlink_bytes  # each receiver still gets its copy
+
+
 def test_a_sending_silo_whose_store_is_behind_the_job_stops_the_epoch_at_the_hello(tmp_path):
     """The server's view of a store can fall behind (a delivery reply lost after the commit):
     a decentralized job that lists a silo as holding (and so sending) units its store lacks
