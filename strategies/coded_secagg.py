@@ -203,6 +203,7 @@ class CodedSecAgg(Strategy):
         )
         #: the state of the latest run (made fresh by every start())
         self._run: RunState | None = None
+        self._driver: RoundDriver | None = None
         if num_silos is not None:  # validate the settings now, before any node is contacted
             try:
                 self._config(num_silos, vector_length=1, run_id="check")
@@ -441,7 +442,7 @@ class CodedSecAgg(Strategy):
         ConfigurationError
             Too few nodes, or settings that cannot work with them.
         """
-        self._run = None
+        self._run = self._driver = None
         nodes = self._wait_for_nodes(grid) if silo_nodes is None else list(silo_nodes)
         if self.num_silos is not None and len(nodes) != self.num_silos:
             raise ConfigurationError(
@@ -478,7 +479,8 @@ class CodedSecAgg(Strategy):
         )
         self._run = state
         calibrate_noise(self.strategy, cfg.gradient_code.K)
-        return RoundDriver(self._settings(), grid, state)
+        self._driver = RoundDriver(self._settings(), grid, state)
+        return self._driver
 
     def _settings(self) -> RunSettings:
         return RunSettings(
@@ -496,6 +498,30 @@ class CodedSecAgg(Strategy):
         )
 
     # ------------------------------------------------------------------ the latest run
+    def settle(self, timeout: float) -> list[int]:
+        """Wait, at most ``timeout`` seconds, for the replies the latest run still expects
+        (stragglers' late uploads): afterwards no silo is still working on a message of this
+        run, unless it is listed.
+
+        A step between rounds that changes a silo's node state (a reshuffle) calls it first:
+        in Flower's simulation engine two messages of one node may run at once, and the one
+        that ends last writes the node's context back over the other's.
+
+        Parameters
+        ----------
+        timeout
+            The longest wait, in seconds.
+
+        Returns
+        -------
+        list of int
+            Nodes whose replies still had not come (empty before any run).
+        """
+        if self._driver is None:
+            return []
+        self._driver.exchange.drain(float(timeout))
+        return self._driver.exchange.outstanding()
+
     @property
     def run_id(self) -> str | None:
         """The public id the latest run's training seeds and rounding keys derive from (Flower

@@ -136,6 +136,10 @@ class Exchange:
             if not pulled:
                 time.sleep(self.poll_interval)
 
+    def outstanding(self) -> list[int]:
+        """Nodes with a message whose reply has not come yet (sorted, each once)."""
+        return sorted({p.node_id for p in self._lingering.values()})
+
     def poll(self) -> None:
         """One pull of the lingering replies (no waiting), to time-stamp those already in."""
         if self._lingering:

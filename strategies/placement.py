@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -143,13 +144,21 @@ class ShuffledTraining:
         E: reshuffle before rounds E + 1, 2E + 1, ... (0: place once, never reshuffle).
     t
         The storage level of the epochs. Silos that start with their own data only hold no
-        caches, so only t = 0 works from such a start (coded and plain copying then move the
-        same bytes: the coded gain needs level-t caches).
+        caches, so only t = 0 works from such a start. At t = 0 each moved unit is uploaded
+        once and the relay forwards it to all of its new holders (the s + 1 silos of its
+        partition's support): 1/s of plain copying's uploads for the placement, 1/(s + 1) for a
+        reshuffle between disjoint supports; each silo still downloads every unit it lacks.
     seed
         Seeds the reshuffles' permutations (the same seed gives the same partitions).
     placement_retries
         Placement epochs to run again (moving only what is missing) while more than s silos
         lack their partitions: no round could complete.
+    settle_timeout
+        Before a reshuffle, the longest wait for the previous rounds' stragglers to answer
+        (:meth:`CodedSecAgg.settle`): a silo still training when its shuffle messages come
+        could, in Flower's simulation engine, write its node state back over the shuffle's
+        (seen as a silo left incomplete by a reshuffle). A silo that is gone costs this wait
+        once per reshuffle.
     progress
         Called with each epoch's line (default: the ``flwr`` logger).
 
@@ -168,6 +177,7 @@ class ShuffledTraining:
     t: int = 0
     seed: int = 0
     placement_retries: int = 2
+    settle_timeout: float = 30.0
     progress: Callable[[str], None] | None = None
     epochs: list[EpochBytes] = field(default_factory=list)
     reports: list[RoundReport] = field(default_factory=list)
@@ -178,6 +188,11 @@ class ShuffledTraining:
             raise ConfigurationError(
                 "ShuffledTraining needs CodedSecAgg(num_silos=...): the shuffle places "
                 "partitions on that many silos"
+            )
+        if not (math.isfinite(self.settle_timeout) and self.settle_timeout >= 0):
+            raise ConfigurationError(
+                f"settle_timeout must be a finite number of seconds >= 0, got "
+                f"{self.settle_timeout!r}"
             )
         if self.units_per_silo < 1 or self.reshuffle_every < 0:
             raise ConfigurationError(
@@ -298,6 +313,12 @@ class ShuffledTraining:
 
         def before_round(r: int) -> ConfigRecord:
             if E and r > 1 and (r - 1) % E == 0:  # before rounds E + 1, 2E + 1, ...
+                busy = self.strategy.settle(self.settle_timeout)
+                if busy:
+                    self._say(
+                        f"[coded-fl shuffle] nodes {busy} still had not answered round {r - 1} "
+                        f"after {self.settle_timeout:g}s; reshuffling anyway"
+                    )
                 self.parts = mixed_partitions(self.parts, rng=self._rng)
                 self.shuffle(run_id, len(self.results) + 1, before_round=r)
             return ConfigRecord({PARTITION_UNITS_ENTRY: partition_units_json(self.parts)})

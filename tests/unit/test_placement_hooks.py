@@ -151,3 +151,56 @@ def test_a_reply_lost_after_the_commit_is_caught_at_the_next_hello_and_replanned
     for i in range(4):  # the view is the stores, and each store holds exactly its partitions
         want = {u for j in partition_holders(run.support, i) for u in run.parts[j]}
         assert set(relay.stores[i].units()) == want == run.holdings.held[i]
+
+
+class _SlowSiloGrid(FakeGrid):
+    """A FakeGrid whose node ``slow`` answers each train request only after ``pulls`` pulls
+    that ask for it: a straggler still working when the round has closed."""
+
+    def __init__(self, n: int, slow: int, pulls: int) -> None:
+        super().__init__(n)
+        self.slow, self.pulls = slow, pulls
+        self.held: dict[str, int] = {}
+
+    def push_messages(self, messages):  # type: ignore[no-untyped-def]
+        msgs = list(messages)
+        ids = list(super().push_messages(msgs))
+        for mid, msg in zip(ids, msgs, strict=True):
+            if msg.metadata.dst_node_id == self.slow and msg.metadata.message_type == "train":
+                self.held[mid] = self.pulls
+        return ids
+
+    def pull_messages(self, message_ids):  # type: ignore[no-untyped-def]
+        asked = set(message_ids)
+        for mid in [m for m in self.held if m in asked]:
+            self.held[mid] -= 1
+            if self.held[mid] <= 0:
+                del self.held[mid]
+        return super().pull_messages(asked - set(self.held))
+
+
+def test_a_reshuffle_waits_for_the_previous_rounds_stragglers(tmp_path) -> None:
+    """Silo 3 is a straggler in every round (its train reply comes late); before each
+    reshuffle ShuffledTraining settles the run: no silo is still working on a round's
+    message when its shuffle messages come (in Flower's simulation engine, the one that ended
+    last would write the node's state back over the other's)."""
+    from strategies.placement import ShuffledTraining
+
+    grid = _SlowSiloGrid(4, slow=103, pulls=4)
+    strategy = _strategy(4)
+    relay = _LoopbackRelay(tmp_path, 4, 2, drops={})
+    busy_at_epoch: dict[int, list[str]] = {}
+    run_epoch = relay.run
+
+    def run(job):  # type: ignore[no-untyped-def]
+        busy_at_epoch[job.epoch] = sorted(grid.held)  # train replies still being worked on
+        return run_epoch(job)
+
+    relay.run = run  # type: ignore[method-assign]
+    shuffled = ShuffledTraining(strategy, relay, units_per_silo=2, reshuffle_every=1)  # type: ignore[arg-type]
+    shuffled.start(grid, _init(), 3)
+    assert all(rep.ok for rep in shuffled.reports)
+    assert all(3 in rep.stragglers for rep in shuffled.reports)  # it was late in every round
+    assert set(busy_at_epoch) == {1, 2, 3}
+    assert busy_at_epoch[2] == busy_at_epoch[3] == []  # settled before each reshuffle
+    assert strategy.settle(0.0) == []
