@@ -37,6 +37,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -100,7 +101,8 @@ class EpochBytes:
     complete, incomplete
         Silos whose store reached the epoch, and the others (stragglers until repaired).
     seconds
-        Wall time of the epoch.
+        Wall time of the epoch (a reshuffle's includes the wait for the previous round's
+        stragglers before it, :meth:`CodedSecAgg.settle`).
     """
 
     epoch: int
@@ -207,14 +209,18 @@ class ShuffledTraining:
         self._say = self.progress or (lambda line: LOG.info(line))
 
     # ------------------------------------------------------------------ epochs
-    def shuffle(self, run_id: str, epoch: int, before_round: int) -> EpochBytes:
+    def shuffle(
+        self, run_id: str, epoch: int, before_round: int, *, waited: float = 0.0
+    ) -> EpochBytes:
         """One epoch from what the silos hold now to the placement of :attr:`parts`.
 
         The silos report their stores at the hello. If the server's view had fallen behind (a
         delivery reply lost after its commit), the view takes the reported holdings (the relay
         stops such an epoch before any key or data moves when the stale silo had to send), and
-        an epoch that did not complete is planned again once, under the next epoch number."""
-        spent = 0.0
+        an epoch that did not complete is planned again once, under the next epoch number.
+        ``waited``: seconds already spent for this epoch (the settle before a reshuffle),
+        counted in its :attr:`EpochBytes.seconds`."""
+        spent = float(waited)
         for attempt in range(2):
             job = ShuffleJob.make(
                 run_id=run_id,
@@ -313,14 +319,16 @@ class ShuffledTraining:
 
         def before_round(r: int) -> ConfigRecord:
             if E and r > 1 and (r - 1) % E == 0:  # before rounds E + 1, 2E + 1, ...
+                t0 = time.monotonic()
                 busy = self.strategy.settle(self.settle_timeout)
+                waited = time.monotonic() - t0
                 if busy:
                     self._say(
                         f"[coded-fl shuffle] nodes {busy} still had not answered round {r - 1} "
                         f"after {self.settle_timeout:g}s; reshuffling anyway"
                     )
                 self.parts = mixed_partitions(self.parts, rng=self._rng)
-                self.shuffle(run_id, len(self.results) + 1, before_round=r)
+                self.shuffle(run_id, len(self.results) + 1, before_round=r, waited=waited)
             return ConfigRecord({PARTITION_UNITS_ENTRY: partition_units_json(self.parts)})
 
         result = self.strategy.start(
