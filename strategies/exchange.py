@@ -127,14 +127,18 @@ class Exchange:
     def drain(self, seconds: float) -> None:
         """Keep pulling lingering replies for up to ``seconds`` (bounded) to time-stamp them."""
         end = time.monotonic() + seconds
+        wait = min(FIRST_WAIT, self.poll_interval)
         while self._lingering and time.monotonic() < end:
             pulled = list(self.grid.pull_messages(list(self._lingering)))
             for reply in pulled:
                 mid = reply.metadata.reply_to_message_id
                 if mid in self._lingering:
                     self._record_late(mid, reply)
-            if not pulled:
-                time.sleep(self.poll_interval)
+            if pulled:  # as in collect: look again soon, back off while nothing comes
+                wait = min(FIRST_WAIT, self.poll_interval)
+            elif self._lingering:
+                time.sleep(min(wait, max(0.0, end - time.monotonic())))
+                wait = min(2 * wait, self.poll_interval)
 
     def outstanding(self) -> list[int]:
         """Nodes with a message whose reply has not come yet (sorted, each once)."""

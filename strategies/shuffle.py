@@ -60,7 +60,9 @@ class ShuffleRelay:
     node_wait_timeout
         How long to wait for ``min_nodes``; the epoch then goes on with the nodes there are.
     poll_interval
-        Seconds between pulls when nothing arrived.
+        The longest wait between pulls when nothing arrived (the wait starts at 5 ms and
+        doubles up to it). A stage's replies come within a fraction of a second of each
+        other, so a short cap keeps the stages from idling.
     progress
         Called with a line per stage (default: the ``flwr`` logger).
     """
@@ -74,7 +76,7 @@ class ShuffleRelay:
         hello_timeout: float = 120.0,
         stage_timeout: float = 60.0,
         node_wait_timeout: float = 120.0,
-        poll_interval: float = 0.05,
+        poll_interval: float = 0.01,
         progress: Callable[[str], None] | None = None,
     ) -> None:
         for name, value in (

@@ -123,7 +123,7 @@ def _open_one(aead: AESGCM, job: ShuffleJob, member: int, share: bytes) -> list[
     return specs
 
 
-def _item(item: Any, job: ShuffleJob, member: int) -> tuple[UnitId, int, str]:
+def _item(item: Any, units: frozenset[UnitId], member: int) -> tuple[UnitId, int, str]:
     if not (isinstance(item, list) and len(item) == 3):
         raise RemoteProtocolError("malformed manifest share", sender=member)
     u, length, sha = item
@@ -133,10 +133,10 @@ def _item(item: Any, job: ShuffleJob, member: int) -> tuple[UnitId, int, str]:
         or length < 0
         or not isinstance(sha, str)
         or len(sha) != 64
-        or any(c not in _HEX for c in sha)
+        or not _HEX.issuperset(sha)
     ):
         raise RemoteProtocolError("malformed manifest share", sender=member)
-    if u not in job.units:
+    if not isinstance(u, (str, int)) or isinstance(u, bool) or u not in units:
         raise RemoteProtocolError(f"manifest share names unit {u!r} not in the job", sender=member)
     return u, length, sha
 
@@ -176,6 +176,7 @@ def open_shares(
         Units the epoch needs (held now or assigned next) that nobody vouched for.
     """
     aead = AESGCM(key)
+    units = frozenset(job.units)
     vouched: dict[UnitId, tuple[int, int, str]] = {}
     seen = set()
     for m, share in shares:
@@ -183,7 +184,7 @@ def open_shares(
             raise RemoteProtocolError(f"manifest share of member {m}: not in the roster or twice")
         seen.add(m)
         for item in _open_one(aead, job, m, share):
-            u, length, sha = _item(item, job, m)
+            u, length, sha = _item(item, units, m)
             prev = vouched.get(u)
             if prev is not None and prev[1:] != (length, sha):
                 raise RemoteProtocolError(

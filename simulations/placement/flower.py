@@ -127,6 +127,7 @@ def make_server_app(opts: argparse.Namespace, out: dict[str, Any]) -> ServerApp:
         out["round_seconds"] = sum(r.seconds for r in run.reports)
         job = run.results[0].job
         out["message_bytes"] = [res.message_bytes for res in run.results]
+        out["stage_seconds"] = [dict(res.seconds) for res in run.results]
         out["support_partitions_per_silo"] = int(run.support.sum(axis=1).max())
         out["n_units"] = len(job.units)
         out["jobs"] = [res.job.to_json() for res in run.results]
