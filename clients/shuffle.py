@@ -29,17 +29,27 @@ Node config (``--node-config`` of a SuperNode; nothing is needed in a simulation
     the group key (``docs/shuffling.md``).
 
 State: the member's protocol state (:class:`~coded_fl.shuffling.member.ShuffleMember`, keys
-included) and the store's path live in ``context.state["codedfl.shuffle.state"]``; they never
-leave the node. A refused request leaves the state as it was and is answered with a Flower
-``Error`` whose reason names the member and the problem (never a key).
+included) is kept sealed (AES-256-GCM) in the file ``member.state`` of its store's directory;
+the key that opens it (32 random bytes, made at the node's first shuffle message) and the
+store's path live in ``context.state["codedfl.shuffle.state"]``, never on disk and never sent.
+Keeping the machine out of the context matters in Flower's simulation engine, where two messages
+of one node may run at once and the one that ends last writes the whole context back: a
+straggler's late train call would otherwise overwrite the shuffle's progress with its stale
+copy (the key and the path in that copy are the same, so nothing is lost). A refused request
+leaves the state as it was and is answered with a Flower ``Error`` whose reason names the
+member and the problem (never a key).
 """
 
 from __future__ import annotations
 
+import os
+import secrets
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Error, Message, RecordDict
 from flwr.clientapp import ClientApp
 from flwr.clientapp.typing import ClientAppCallable, Mod
@@ -193,11 +203,54 @@ def _org_key(context: Context) -> bytes | None:
     return key
 
 
-def _load(context: Context, org_key: bytes | None) -> ShuffleMember | None:
+_STATE_FILE = "member.state"
+_STATE_NONCE = 12
+
+
+def _state_aad(context: Context) -> bytes:
+    return f"codedfl-shuffle-state|run {context.run_id}|node {context.node_id}".encode()
+
+
+def _state_key(context: Context) -> bytes:
+    """The key that seals this node's member state (made once, kept in the context only)."""
     rec = context.state.get(SHUFFLE_STATE_KEY)
-    if not isinstance(rec, ConfigRecord) or "member" not in rec:
+    key = rec.get("state-key") if isinstance(rec, ConfigRecord) else None
+    if isinstance(key, bytes) and len(key) == 32:
+        return key
+    return secrets.token_bytes(32)
+
+
+def _load(context: Context, path: Path, org_key: bytes | None) -> ShuffleMember | None:
+    """The member's machine as the last accepted request left it (None: no state yet, or a
+    state this node cannot open any more, e.g. after its context was lost: a fresh start)."""
+    rec = context.state.get(SHUFFLE_STATE_KEY)
+    key = rec.get("state-key") if isinstance(rec, ConfigRecord) else None
+    try:
+        sealed = (path / _STATE_FILE).read_bytes()
+    except OSError:
         return None
-    return ShuffleMember.from_bytes(rec["member"], org_key=org_key)  # type: ignore[arg-type]
+    if not isinstance(key, bytes) or len(sealed) <= _STATE_NONCE:
+        return None
+    try:
+        raw = AESGCM(key).decrypt(sealed[:_STATE_NONCE], sealed[_STATE_NONCE:], _state_aad(context))
+    except (InvalidTag, ValueError):
+        return None
+    return ShuffleMember.from_bytes(raw, org_key=org_key)
+
+
+def _save(context: Context, path: Path, key: bytes, machine: ShuffleMember) -> None:
+    nonce = secrets.token_bytes(_STATE_NONCE)
+    sealed = nonce + AESGCM(key).encrypt(nonce, machine.to_bytes(), _state_aad(context))
+    path.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path, prefix=".tmp-state-")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(sealed)
+        os.replace(tmp, path / _STATE_FILE)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    context.state[SHUFFLE_STATE_KEY] = ConfigRecord({"store": str(path), "state-key": key})
 
 
 def make_shuffle_handler(*, store_root: str | Path | None = None) -> ClientAppCallable:
@@ -227,21 +280,29 @@ def make_shuffle_handler(*, store_root: str | Path | None = None) -> ClientAppCa
                     "coded_fl_flower.ShuffleRelay"
                 )
             org_key = _org_key(context)
-            machine = _load(context, org_key)
+            rec = context.state.get(SHUFFLE_STATE_KEY)
             if isinstance(packet, Hello) and packet.job is not None:
                 m = member_id(context, K=packet.job.K)
+                path = store_path(context, m, store_root=store_root)
+                machine = _load(context, path, org_key)
                 if machine is None or machine.member != m:
                     machine = ShuffleMember(m, org_key=org_key)
-            elif machine is None:
-                raise RemoteProtocolError("a shuffle request before any Hello")
+            else:  # a later stage: the member of this node's latest hello
+                if not isinstance(rec, ConfigRecord) or "store" not in rec:
+                    raise RemoteProtocolError("a shuffle request before any Hello")
+                path = Path(str(rec["store"]))
+                loaded = _load(context, path, org_key)
+                if loaded is None:
+                    raise RemoteProtocolError(
+                        "a shuffle request, but this node's shuffle state is gone (its store "
+                        "directory lost member.state): the next epoch starts it afresh"
+                    )
+                machine = loaded
             member = str(machine.member)
-            path = store_path(context, machine.member, store_root=store_root)
             reply = machine.receive(packet, UnitStore(path))
+            _save(context, path, _state_key(context), machine)
         except CodedFLError as exc:  # refused: the state stays as it was
             return Message(Error(code=_ERROR_CODE, reason=f"member {member}: {exc}"), reply_to=msg)
-        context.state[SHUFFLE_STATE_KEY] = ConfigRecord(
-            {"member": machine.to_bytes(), "store": str(path)}
-        )
         return Message(_content(reply), reply_to=msg)
 
     return shuffle_handler

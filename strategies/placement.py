@@ -157,10 +157,12 @@ class ShuffledTraining:
         lack their partitions: no round could complete.
     settle_timeout
         Before a reshuffle, the longest wait for the previous rounds' stragglers to answer
-        (:meth:`CodedSecAgg.settle`): a silo still training when its shuffle messages come
-        could, in Flower's simulation engine, write its node state back over the shuffle's
-        (seen as a silo left incomplete by a reshuffle). A silo that is gone costs this wait
-        once per reshuffle.
+        (:meth:`CodedSecAgg.settle`; 0, the default: no wait). In Flower's simulation engine
+        two messages of one node may run at once and the one that ends last writes the node's
+        context back over the other's. The shuffle's own state is not in the context
+        (:mod:`clients.shuffle`), so it needs no wait; set this if your ClientApp keeps node
+        state (``context.state``) that a shuffle message running beside a late train call
+        must not overwrite. A silo that is gone costs this wait once per reshuffle.
     progress
         Called with each epoch's line (default: the ``flwr`` logger).
 
@@ -179,7 +181,7 @@ class ShuffledTraining:
     t: int = 0
     seed: int = 0
     placement_retries: int = 2
-    settle_timeout: float = 30.0
+    settle_timeout: float = 0.0
     progress: Callable[[str], None] | None = None
     epochs: list[EpochBytes] = field(default_factory=list)
     reports: list[RoundReport] = field(default_factory=list)
@@ -320,7 +322,7 @@ class ShuffledTraining:
         def before_round(r: int) -> ConfigRecord:
             if E and r > 1 and (r - 1) % E == 0:  # before rounds E + 1, 2E + 1, ...
                 t0 = time.monotonic()
-                busy = self.strategy.settle(self.settle_timeout)
+                busy = self.strategy.settle(self.settle_timeout) if self.settle_timeout else []
                 waited = time.monotonic() - t0
                 if busy:
                     self._say(

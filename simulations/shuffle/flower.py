@@ -28,7 +28,6 @@ from flwr.simulation import run_simulation
 from clients.shuffle import shuffle_client_app
 from coded_fl.shuffling import (
     Mode,
-    ShuffleMember,
     ShuffleResult,
     UnitManifest,
     UnitStore,
@@ -45,7 +44,6 @@ from coded_fl.shuffling.wire import (
     PlanRequest,
     ShuffleJob,
 )
-from coded_fl.vocabulary import SHUFFLE_STATE_KEY as STATE_KEY
 from strategies.roster import GridView
 from strategies.shuffle import ShuffleRelay
 from strategies.shuffle_records import packet_from
@@ -122,6 +120,9 @@ class RecordingGrid(GridView):
         return replies
 
 
+_DROP_EPOCH = "codedfl.test.drop-epoch"
+
+
 def drop_mod(drops: Mapping[int, tuple[str, int]]) -> Mod:
     """A ClientApp mod that makes member k vanish at ``drops[k] = (stage, epoch)``: it answers
     that request with an error (a node that died) and does nothing (stores untouched)."""
@@ -132,12 +133,11 @@ def drop_mod(drops: Mapping[int, tuple[str, int]]) -> Mod:
         member = int(str(cfg.get("codedfl.silo", cfg["partition-id"])))
         if packet is not None and member in drops:
             if isinstance(packet, Hello) and packet.job is not None:
-                epoch = packet.job.epoch
+                epoch = packet.job.epoch  # remembered for the epoch's later stages
+                context.state[_DROP_EPOCH] = ConfigRecord({"epoch": epoch})
             else:
-                rec = context.state.get(STATE_KEY)
-                raw = rec.get("member") if isinstance(rec, ConfigRecord) else None
-                state = ShuffleMember.from_bytes(raw) if isinstance(raw, bytes) else None
-                epoch = state.job.epoch if state is not None and state.job is not None else -1
+                rec = context.state.get(_DROP_EPOCH)
+                epoch = int(rec["epoch"]) if isinstance(rec, ConfigRecord) else -1  # type: ignore[arg-type]
             if drops[member] == (_STAGES.get(type(packet)), epoch):
                 return Message(
                     Error(code=0, reason=f"member {member} dropped (injected fault)"), reply_to=msg

@@ -179,11 +179,11 @@ class _SlowSiloGrid(FakeGrid):
         return super().pull_messages(asked - set(self.held))
 
 
-def test_a_reshuffle_waits_for_the_previous_rounds_stragglers(tmp_path) -> None:
-    """Silo 3 is a straggler in every round (its train reply comes late); before each
-    reshuffle ShuffledTraining settles the run: no silo is still working on a round's
-    message when its shuffle messages come (in Flower's simulation engine, the one that ended
-    last would write the node's state back over the other's)."""
+def test_a_reshuffle_can_wait_for_the_previous_rounds_stragglers(tmp_path) -> None:
+    """Silo 3 is a straggler in every round (its train reply comes late); with a
+    settle_timeout, ShuffledTraining settles the run before each reshuffle: no silo is still
+    working on a round's message when its shuffle messages come (in Flower's simulation
+    engine, the one that ended last would write the node's context back over the other's)."""
     from strategies.placement import ShuffledTraining
 
     grid = _SlowSiloGrid(4, slow=103, pulls=4)
@@ -197,7 +197,9 @@ def test_a_reshuffle_waits_for_the_previous_rounds_stragglers(tmp_path) -> None:
         return run_epoch(job)
 
     relay.run = run  # type: ignore[method-assign]
-    shuffled = ShuffledTraining(strategy, relay, units_per_silo=2, reshuffle_every=1)  # type: ignore[arg-type]
+    shuffled = ShuffledTraining(
+        strategy, relay, units_per_silo=2, reshuffle_every=1, settle_timeout=30.0
+    )  # type: ignore[arg-type]
     shuffled.start(grid, _init(), 3)
     assert all(rep.ok for rep in shuffled.reports)
     assert all(3 in rep.stragglers for rep in shuffled.reports)  # it was late in every round

@@ -4,6 +4,7 @@ engine)."""
 
 from __future__ import annotations
 
+import copy
 import time
 import uuid
 from collections.abc import Iterable
@@ -21,7 +22,7 @@ from clients.shuffle import (
     store_path,
 )
 from coded_fl.errors import ConfigurationError, RemoteProtocolError
-from coded_fl.shuffling import ShuffleJob, UnitManifest, UnitStore, install_silo, plan_shuffle
+from coded_fl.shuffling import ShuffleJob, UnitManifest, UnitStore, install_silo, plan_shuffle, wire
 from coded_fl.shuffling.wire import JoinReply
 from coded_fl.vocabulary import SHUFFLE_KEY
 from coded_fl.vocabulary import SHUFFLE_STATE_KEY as STATE_KEY
@@ -130,6 +131,54 @@ def test_an_epoch_through_the_adapters(tmp_path, mode):
     assert res.uplink_bytes < res.uncoded_uplink_bytes
     assert not leaked(rec.seen, data)
     assert all(SHUFFLE_KEY.encode() not in b for b in rec.seen)  # only the packets' bytes
+
+
+class _StaleWriteBackGrid(InProcessGrid):
+    """After node ``node`` answers a request of kind ``stage``, its context is put back as it
+    was before that request: what Flower's simulation engine does when another message of the
+    node (a straggler's late train call) ran at the same time and ended last."""
+
+    def __init__(self, apps, *, node: int, stage: type) -> None:
+        super().__init__(apps)
+        self.node, self.stage, self.reverted = node, stage, 0
+        self.armed = False
+
+    def push_messages(self, messages):
+        msgs = list(messages)
+        stale = {}
+        for msg in msgs:
+            n = msg.metadata.dst_node_id
+            if self.armed and n == self.node and isinstance(packet_from(msg.content), self.stage):
+                stale[n] = copy.deepcopy(self.contexts[n])
+        ids = super().push_messages(msgs)
+        for n, ctx in stale.items():
+            self.contexts[n] = ctx
+            self.reverted += 1
+        return ids
+
+
+@pytest.mark.parametrize("stage", [wire.Hello, wire.JoinRequest, wire.PlanRequest])
+def test_a_stale_context_written_back_loses_no_shuffle_state(tmp_path, stage):
+    """The member's machine is kept sealed next to its store, not in the context: a context
+    put back to its state before a hello, join or plan request (a concurrent late train call
+    that ended last) does not lose the epoch's progress."""
+    data, now, nxt, apps = _world(tmp_path)
+    grid = _StaleWriteBackGrid(apps, node=102, stage=stage)
+    relay = ShuffleRelay(grid, stage_timeout=5, hello_timeout=5)
+    assert relay.run(_job(now, nxt, "decentralized")).ok  # the node's first epoch
+    grid.armed = True  # the second epoch (a reshuffle) races a late train call
+    nxt2 = {u: frozenset((k + 1) % K for k in h) for u, h in nxt.items()}
+    res = relay.run(_job(nxt, nxt2, "decentralized", epoch=2))
+    assert grid.reverted == 1
+    assert res.ok, res.lines()
+    store = silo_store(grid.contexts[102])
+    assert {u: store.read_unit(u) for u in store.units()} == {
+        u: b for u, b in data.items() if 2 in nxt2[u]
+    }
+    state = grid.contexts[102].state[STATE_KEY]
+    assert set(state.keys()) == {"store", "state-key"}  # no machine, no epoch key in there
+    sealed = (tmp_path / "member-2" / "member.state").read_bytes()
+    assert b"private" not in sealed and b"group" not in sealed
 
 
 def test_a_silent_node_is_bounded_by_the_stage_deadline(tmp_path):
