@@ -222,7 +222,7 @@ def partition_dataset(msg: Message, context: Context) -> Any:
             "partition_tensors / partition_arrays)"
         ) from None
     arrays = partition_arrays(msg, context)
-    return datasets.Dataset.from_dict({k: list(v) for k, v in arrays.items()})
+    return datasets.Dataset.from_dict(dict(arrays))  # one row per example, arrays as they are
 
 
 def seed_own_data(

@@ -8,6 +8,7 @@ real Flower ``Message``/``Context`` objects.
 from __future__ import annotations
 
 import json
+import sys
 
 import numpy as np
 import pytest
@@ -232,17 +233,19 @@ def test_seeding_is_idempotent_and_units_round_trip(tmp_path):
         pack_examples({"x": np.zeros(2), "y": np.zeros(3)})
 
 
-def test_partition_dataset_is_a_datasets_dataset_or_says_what_to_install(tmp_path):
+def test_partition_dataset_is_a_datasets_dataset_or_says_what_to_install(tmp_path, monkeypatch):
     from clients.data import partition_dataset
 
-    _world(tmp_path)
+    own, _, _ = _world(tmp_path)
     parts = own_partitions(K, UNITS)
     pinned = _context(tmp_path, 1, **{DATA_STORE_NODE_KEY: str(tmp_path / "silo-1")})
-    try:
-        import datasets  # noqa: F401
-    except ImportError:
-        with pytest.raises(ConfigurationError, match="pip install datasets"):
-            partition_dataset(_train_msg(parts), pinned)
-        return
+    pytest.importorskip("datasets")  # in the test extra
     ds = partition_dataset(_train_msg(parts), pinned)
-    assert set(ds.column_names) == {"x", "y"} and set(ds["y"]) == {1}
+    assert set(ds.column_names) == {"x", "y"} and len(ds) == len(own[1]["y"])
+    rows = ds.with_format("numpy")[:]  # what a flwr-datasets train loop reads
+    np.testing.assert_array_equal(rows["x"], own[1]["x"])  # oracle: the owner's own arrays
+    np.testing.assert_array_equal(rows["y"], own[1]["y"])
+    assert rows["x"].dtype == own[1]["x"].dtype
+    monkeypatch.setitem(sys.modules, "datasets", None)  # a project without datasets
+    with pytest.raises(ConfigurationError, match="pip install datasets"):
+        partition_dataset(_train_msg(parts), pinned)
