@@ -503,9 +503,10 @@ class CodedSecAgg(Strategy):
         (stragglers' late uploads): afterwards no silo is still working on a message of this
         run, unless it is listed.
 
-        A step between rounds that changes a silo's node state (a reshuffle) calls it first:
-        in Flower's simulation engine two messages of one node may run at once, and the one
-        that ends last writes the node's context back over the other's.
+        A step between rounds that must not run beside a late message can call it first: in
+        Flower's simulation engine two messages of one node may run at once, and the one that
+        ends last writes the node's context back over the other's
+        (``ShuffledTraining(settle_timeout=)`` does, when asked).
 
         Parameters
         ----------
