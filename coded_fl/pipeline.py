@@ -56,6 +56,7 @@ def encode_upload(
     *,
     mask: torch.Tensor | None = None,
     mask_seed: bytes | None = None,
+    mask_streams: Sequence[tuple[bytes, int]] | None = None,
     out: torch.Tensor | None = None,
     stats: QuantizationStats | None = None,
 ) -> torch.Tensor:
@@ -77,6 +78,13 @@ def encode_upload(
         Instead of ``mask``: the mask's 32-byte seed. The mask is then generated chunk by chunk
         inside the upload step (:class:`coded_fl.prg.MaskStream`) and never held whole; the
         result equals passing ``mask=expand_field_elements(mask_seed, d, p)``.
+    mask_streams
+        Instead of ``mask``: a mask that is a combination :math:`\\sum_e c_e\\, PRG(s_e)` of
+        seeded streams, as ``(seed, coefficient)`` pairs (e.g. a group mask's signed edge
+        streams). The streams are generated and combined one cache-sized chunk at a time inside
+        the upload step, and the result equals passing
+        ``mask=field.lincomb(cs, [expand_field_elements(s, d, p) for s in seeds])``.
+        ``mask_seed=s`` is ``mask_streams=[(s, 1)]``; an empty sequence is no mask.
     out
         A ``uint32`` tensor of the update's shape to write into (reused across rounds it saves
         the page faults of a fresh buffer); a new one by default.
@@ -108,8 +116,11 @@ def encode_upload(
                 f"partial update {i} has shape {tuple(x.shape)} on {x.device}, "
                 f"expected {tuple(shape)} on {device}"
             )
-    if mask is not None and mask_seed is not None:
-        raise InputError("pass mask or mask_seed, not both")
+    if sum(m is not None for m in (mask, mask_seed, mask_streams)) > 1:
+        raise InputError("pass one of mask, mask_seed and mask_streams")
+    if mask_seed is not None:
+        mask_streams = [(mask_seed, 1)]
+    streams = _streams(mask_streams, field)
     if mask is not None:
         field._check(mask, "mask")
         if mask.numel() != xs[0].numel():
@@ -131,8 +142,9 @@ def encode_upload(
         account(
             (sum(t[0] for t in totals), sum(t[1] for t in totals)), k * xs[0].numel(), config, stats
         )
-        if mask_seed is not None:
-            mask = expand_field_elements(mask_seed, xs[0].numel(), field.p, device=device)
+        if streams:
+            made = [expand_field_elements(s_e, xs[0].numel(), field.p) for s_e, _ in streams]
+            mask = field.lincomb([c_e for _, c_e in streams], made, validate=False)
         m = None if mask is None else mask.to(device).reshape(shape)
         out.copy_(
             _tk.quantize_encode(
@@ -153,21 +165,48 @@ def encode_upload(
     key_array = as_numpy_keys(list(keys))
     flat = as_numpy_u32(out)
     clip, scale, d = float(config.clip_range), float(config.scale), flat.size
-    if mask_seed is None:
+    if not streams:
         mask_array = _EMPTY_MASK if mask is None else as_numpy_u32(mask)
         counts = _cpu.quantize_encode(
             arrays, c, key_array, mask_array, flat, clip, scale, field.p, 0, d
         )
     else:
-        stream = MaskStream(mask_seed, field.p)
-        scratch = np.empty(min(d, _MASK_CHUNK), dtype=np.uint32)
+        # each chunk of every stream is made, combined and consumed while it is in cache: no
+        # d-long stream or mask is ever written to memory
+        gens = [MaskStream(s_e, field.p) for s_e, _ in streams]
+        scratch = [np.empty(min(d, _MASK_CHUNK), dtype=np.uint32) for _ in gens]
+        combined = np.empty(min(d, _MASK_CHUNK), dtype=np.uint32)
+        weights = np.array([c_e for _, c_e in streams], dtype=np.int64)
+        plain = len(gens) == 1 and streams[0][1] == 1
         counts = (0, 0)
         for lo in range(0, d, _MASK_CHUNK):
             hi = min(lo + _MASK_CHUNK, d)
-            chunk = stream.fill(scratch[: hi - lo])
+            parts = [g.fill(buf[: hi - lo]) for g, buf in zip(gens, scratch, strict=True)]
+            if plain:
+                chunk = parts[0]
+            else:
+                chunk = combined[: hi - lo]
+                _cpu.lincomb(weights, typed_list(parts), chunk, field.p)
             got = _cpu.quantize_encode(
                 arrays, c, key_array, chunk, flat, clip, scale, field.p, lo, hi
             )
             counts = (counts[0] + got[0], counts[1] + got[1])
     account(counts, k * d, config, stats, "partial updates")
+    return out
+
+
+def _streams(
+    mask_streams: Sequence[tuple[bytes, int]] | None, field: PrimeField
+) -> list[tuple[bytes, int]]:
+    """The (seed, canonical coefficient) pairs of a streamed mask, checked; zero terms dropped."""
+    out = []
+    for item in mask_streams or ():
+        if not (isinstance(item, tuple) and len(item) == 2):
+            raise InputError("mask_streams holds (seed, coefficient) pairs")
+        seed, coeff = item
+        if not isinstance(coeff, (int, np.integer)) or isinstance(coeff, bool):
+            raise InputError(f"a mask stream's coefficient must be an integer, got {coeff!r}")
+        c_e = int(coeff) % field.p
+        if c_e:
+            out.append((bytes(seed), c_e))
     return out

@@ -71,6 +71,7 @@ __all__ = [
     "edge_silos",
     "edge_tag",
     "group_mask",
+    "group_mask_streams",
     "incident",
     "mask_context",
     "mask_graph",
@@ -411,24 +412,56 @@ def group_mask(
     ConfigurationError
         If the key of an edge at ``group`` is missing (the silo needs its keys dealt).
     """
+    streams = group_mask_streams(
+        edge_keys,
+        edges,
+        group,
+        field=field,
+        run_id=run_id,
+        round_=round_,
+        context=context,
+        scale=scale,
+    )
+    if not streams:
+        return np.zeros(length, dtype=np.uint32)
+    p = field.p
+    parts = [MaskStream(seed, p).fill(np.empty(length, dtype=np.uint32)) for seed, _ in streams]
+    out = field.lincomb(
+        [c for _, c in streams], [torch.from_numpy(s) for s in parts], validate=False
+    )
+    return out.numpy()
+
+
+def group_mask_streams(
+    edge_keys: Mapping[Edge, bytes],
+    edges: Sequence[Edge],
+    group: int,
+    *,
+    field: PrimeField,
+    run_id: bytes,
+    round_: int,
+    context: bytes,
+    scale: int = 1,
+) -> list[tuple[bytes, int]]:
+    """:func:`group_mask` as the seeds and coefficients of its edge streams:
+    :math:`r \\zeta_q = \\sum_e (\\pm r)\\, PRG(seed_e)`, for
+    :func:`coded_fl.pipeline.encode_upload`'s ``mask_streams`` (which makes and combines the
+    streams chunk by chunk, never writing a d-long stream). Empty for a graph without edges at
+    ``group``. Parameters and errors as :func:`group_mask`; the seeds are secrets."""
     at = incident(edges, group)
     missing = [e for e, _ in at if e not in edge_keys]
     if missing:
         raise ConfigurationError(
             f"group {group} lacks the key of mask-graph edge(s) {missing}: deal them first"
         )
-    if not at:
-        return np.zeros(length, dtype=np.uint32)
     p = field.p
-    streams = [
-        MaskStream(
-            edge_seed(edge_keys[e], run_id=run_id, round_=round_, edge=e, context=context), p
-        ).fill(np.empty(length, dtype=np.uint32))
-        for e, _ in at
-    ]
     r = int(scale) % p
     if r == 0:
         raise InputError("scale must be nonzero mod p")
-    coeffs = [r if sign > 0 else p - r for _, sign in at]
-    out = field.lincomb(coeffs, [torch.from_numpy(s) for s in streams], validate=False)
-    return out.numpy()
+    return [
+        (
+            edge_seed(edge_keys[e], run_id=run_id, round_=round_, edge=e, context=context),
+            r if sign > 0 else p - r,
+        )
+        for e, sign in at
+    ]

@@ -77,7 +77,7 @@ from coded_fl.secagg.aligned import (
     EDGE_KEY_BYTES,
     edge_silos,
     edge_tag,
-    group_mask,
+    group_mask_streams,
     incident,
     mask_context,
     open_edge_key,
@@ -728,27 +728,29 @@ class ClientMachine:
     ) -> torch.Tensor:
         """The coded update under the group mask r_i zeta_q (no shares: they cancel in the
         decode for every survivor set), bound to the request and the model."""
-        mask = group_mask(
+        streams = group_mask_streams(
             self.edge_keys,
             cfg.mask_edges,
             cfg.group_code.group_of(silo),
-            length=cfg.vector_length,
             field=cfg.field,
             run_id=cfg.run_bytes,
             round_=task.round,
             context=mask_context(task.request, model_digest),
             scale=task.coefficients[0],
         )
-        return self._encode(cfg, task, partials, torch.from_numpy(mask))
+        return self._encode(cfg, task, partials, None, mask_streams=streams)
 
     def _encode(
         self,
         cfg: ProtocolConfig,
         task: TrainTask,
         partials: Sequence[torch.Tensor],
-        mask: torch.Tensor,
+        mask: torch.Tensor | None,
+        *,
+        mask_streams: Sequence[tuple[bytes, int]] | None = None,
     ) -> torch.Tensor:
-        """Quantize, encode with the silo's code row and add ``mask``: one fused pass."""
+        """Quantize, encode with the silo's code row and add ``mask`` (or the mask made of
+        ``mask_streams``): one fused pass."""
         return encode_upload(
             [g.reshape(-1) for g in partials],
             list(task.coefficients),
@@ -756,6 +758,7 @@ class ClientMachine:
             cfg.quantization,
             cfg.field,
             mask=mask,
+            mask_streams=mask_streams,
             stats=self.stats,
         )
 

@@ -63,7 +63,8 @@ __all__ = [
 ]
 
 MAGIC = b"CFL"
-VERSION = 3  # 2: seed-derived mask shares (context, tags, tokens); 3: group-aligned masks
+VERSION = 4  # 2: seed-derived mask shares (context, tags, tokens); 3: group-aligned masks;
+# 4: group masks bound to a BLAKE3 digest of the model (was SHA-256)
 SERVER = -1
 _HEADER = struct.Struct("<3sBB8sQii")
 

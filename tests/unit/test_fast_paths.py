@@ -196,3 +196,42 @@ def test_the_mods_seeding_matches_torch_manual_seed() -> None:
     _seed_everything(1234)
     got = (torch.rand(5), np.random.rand(3), random.random())
     assert torch.equal(want[0], got[0]) and np.array_equal(want[1], got[1]) and want[2] == got[2]
+
+
+def test_the_model_digest_is_blake3_of_the_named_arrays_and_tells_models_apart(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from flwr.supercore.task_identity import TaskIdentity
+
+    for name, value in (("_run_id", 7), ("_task_id", 1), ("_node_id", 0)):
+        monkeypatch.setattr(TaskIdentity, name, value)  # a Message needs a run, as in a ServerApp
+    # the digest a group mask is bound to: BLAKE3 (key-derivation mode) of each array's length-
+    # framed name and npy bytes in name order, recomputed here from its definition
+    import blake3
+    from flwr.app import ConfigRecord, Message, RecordDict
+
+    from clients.mod import MODEL_DIGEST_CONTEXT, _model_digest
+    from coded_fl.vocabulary import TRAIN_KEY, TrainSpec
+
+    def message(arrays: dict[str, np.ndarray]) -> Message:
+        content = RecordDict(
+            {
+                "arrays": ArrayRecord({k: Array(v) for k, v in arrays.items()}),
+                TRAIN_KEY: ConfigRecord(TrainSpec().to_dict()),  # type: ignore[arg-type]
+            }
+        )
+        return Message(content, dst_node_id=1, message_type="train")
+
+    model = {"w": np.arange(6, dtype=np.float32), "b": np.ones(2, dtype=np.float32)}
+    h = blake3.blake3(derive_key_context=MODEL_DIGEST_CONTEXT)
+    for name in sorted(model):
+        data = Array(model[name]).data
+        raw = name.encode()
+        h.update(len(raw).to_bytes(4, "little") + raw + len(data).to_bytes(8, "little") + data)
+    digest = _model_digest(message(model))
+    assert digest == h.digest() and len(digest) == 32
+    assert _model_digest(message(dict(reversed(list(model.items()))))) == digest  # name order
+    changed = {**model, "w": model["w"] + np.float32(1e-6)}
+    renamed = {"v": model["w"], "b": model["b"]}
+    assert _model_digest(message(changed)) != digest
+    assert _model_digest(message(renamed)) != digest

@@ -96,10 +96,48 @@ def test_streamed_mask_from_a_seed_equals_the_materialised_mask(d):
     b = encode_upload(xs, [1, 2, 3], keys, c, F, mask_seed=seed, out=out)
     assert b.data_ptr() == out.data_ptr()
     assert torch.equal(a, b)
-    with pytest.raises(InputError, match="not both"):
+    with pytest.raises(InputError, match="one of mask, mask_seed and mask_streams"):
         encode_upload(xs, [1, 2, 3], keys, c, F, mask=a, mask_seed=seed)
+    with pytest.raises(InputError, match="one of mask, mask_seed and mask_streams"):
+        encode_upload(xs, [1, 2, 3], keys, c, F, mask_seed=seed, mask_streams=[(seed, 1)])
     with pytest.raises(InputError, match="out must be"):
         encode_upload(xs, [1, 2, 3], keys, c, F, out=torch.empty(d + 1, dtype=torch.uint32))
+
+
+@given(
+    p=st.sampled_from(PRIMES[:3]),
+    d=st.sampled_from([1, 999, (1 << 18) + 5, 2 * (1 << 18)]),
+    coeffs=st.lists(st.integers(-(2**40), 2**40), min_size=0, max_size=5),
+    k=st.integers(1, 3),
+)
+def test_streamed_combination_of_masks_equals_the_materialised_one(p, d, coeffs, k):
+    # the group mask's path: sum_e c_e PRG(s_e), made chunk by chunk (chunks of 2^18), against
+    # the streams expanded whole and combined with Python ints (an independent oracle)
+    F = PrimeField(p)
+    c = QuantizationConfig.for_summands(4 * k, clip_range=1.0, p=p)
+    g = torch.Generator().manual_seed(d + k)
+    xs = [torch.randn(d, generator=g) for _ in range(k)]
+    keys = [RoundingKey.for_partition(0, 2, j) for j in range(k)]
+    streams = [(bytes([e]) * 32, v) for e, v in enumerate(coeffs)]
+    oracle = np.zeros(d, dtype=object)
+    for seed, v in streams:
+        oracle = oracle + (v % p) * expand_field_elements(seed, d, p).numpy().astype(object)
+    mask = torch.from_numpy((oracle % p).astype(np.int64).astype(np.uint32))
+    a = encode_upload(xs, list(range(1, k + 1)), keys, c, F, mask=mask)
+    b = encode_upload(xs, list(range(1, k + 1)), keys, c, F, mask_streams=streams)
+    assert torch.equal(a, b)
+
+
+def test_mask_streams_are_checked():
+    F = PrimeField()
+    c = QuantizationConfig.for_summands(4, clip_range=1.0)
+    xs, keys = [torch.zeros(8)], [RoundingKey.for_partition(0, 1, 0)]
+    with pytest.raises(InputError, match="pairs"):
+        encode_upload(xs, [1], keys, c, F, mask_streams=[bytes(32)])  # type: ignore[list-item]
+    with pytest.raises(InputError, match="integer"):
+        encode_upload(xs, [1], keys, c, F, mask_streams=[(bytes(32), 1.0)])  # type: ignore[list-item]
+    with pytest.raises(InputError, match="seed"):
+        encode_upload(xs, [1], keys, c, F, mask_streams=[(bytes(5), 1)])
 
 
 def test_partitions_with_different_round_keys_are_paired_correctly():

@@ -16,10 +16,13 @@ from coded_fl.codes import FractionalRepetitionCode
 from coded_fl.crypto import KeyPair, pairwise_key
 from coded_fl.errors import ConfigurationError, InputError, RemoteProtocolError
 from coded_fl.field import PrimeField
+from coded_fl.pipeline import encode_upload
+from coded_fl.quantize import QuantizationConfig, RoundingKey
 from coded_fl.secagg.aligned import (
     EDGE_KEY_BYTES,
     edge_dealer,
     group_mask,
+    group_mask_streams,
     incident,
     mask_context,
     mask_graph,
@@ -123,6 +126,24 @@ def test_masks_cancel_in_the_decode_of_every_survivor_set(n: int, s: int) -> Non
     for survivors in itertools.combinations(range(n), n - s):
         got = code.decode({i: uploads[i] for i in survivors})
         assert torch.equal(got, exact), survivors
+
+
+def test_the_streamed_group_mask_is_the_group_mask() -> None:
+    # the client uploads through encode_upload(mask_streams=group_mask_streams(...)): the mask
+    # it adds must be group_mask's, bit for bit, for every group and a scale of either sign
+    field = PrimeField(P)
+    edges = mask_graph(5, 2)
+    keys = {e: new_edge_key() for e in edges}
+    d = (1 << 18) + 3  # crosses a chunk boundary
+    cfg = QuantizationConfig.for_summands(4, clip_range=1.0)
+    zeros = [torch.zeros(d)]
+    rk = [RoundingKey.for_partition(0, 1, 0)]
+    for group, scale in ((0, 1), (2, 7), (4, P - 3)):
+        kw = dict(field=field, run_id=RUN, round_=3, context=mask_context(b"q", b"m"), scale=scale)
+        z = group_mask(keys, edges, group, length=d, **kw)  # type: ignore[arg-type]
+        streams = group_mask_streams(keys, edges, group, **kw)  # type: ignore[arg-type]
+        got = encode_upload(zeros, [1], rk, cfg, field, mask_streams=streams)
+        assert np.array_equal(got.numpy(), z)
 
 
 # ------------------------------------------------------------------ exact privacy, GF(q)
