@@ -29,7 +29,7 @@ from coded_fl.errors import ConfigurationError, InputError
 from coded_fl.field import Coefficients, PrimeField, as_numpy_u32, typed_list
 from coded_fl.kernels import cpu as _cpu
 from coded_fl.kernels import torch_impl as _tk
-from coded_fl.prg import MaskStream, expand_field_elements
+from coded_fl.prg import SEED_BYTES, MaskStream, expand_field_elements
 from coded_fl.quantize import (
     QuantizationConfig,
     QuantizationStats,
@@ -204,6 +204,8 @@ def _streams(
         if not (isinstance(item, tuple) and len(item) == 2):
             raise InputError("mask_streams holds (seed, coefficient) pairs")
         seed, coeff = item
+        if not isinstance(seed, (bytes, bytearray)) or len(seed) != SEED_BYTES:
+            raise InputError(f"a mask stream's seed must be {SEED_BYTES} bytes")
         if not isinstance(coeff, (int, np.integer)) or isinstance(coeff, bool):
             raise InputError(f"a mask stream's coefficient must be an integer, got {coeff!r}")
         c_e = int(coeff) % field.p

@@ -136,8 +136,10 @@ def test_mask_streams_are_checked():
         encode_upload(xs, [1], keys, c, F, mask_streams=[bytes(32)])  # type: ignore[list-item]
     with pytest.raises(InputError, match="integer"):
         encode_upload(xs, [1], keys, c, F, mask_streams=[(bytes(32), 1.0)])  # type: ignore[list-item]
-    with pytest.raises(InputError, match="seed"):
-        encode_upload(xs, [1], keys, c, F, mask_streams=[(bytes(5), 1)])
+    for seed in (bytes(5), 32, "x" * 32):  # an int would make bytes(32): zeros, not a seed
+        for coeff in (1, 0):  # checked even where the term is zero
+            with pytest.raises(InputError, match="seed must be 32 bytes"):
+                encode_upload(xs, [1], keys, c, F, mask_streams=[(seed, coeff)])  # type: ignore[list-item]
 
 
 def test_partitions_with_different_round_keys_are_paired_correctly():
