@@ -363,6 +363,8 @@ class RoundDriver:
         report.responders = len(res.responders)
         report.disagreeing, report.corrected = res.disagreeing, res.corrected
         report.erased, report.off_silos = int(res.erased.numel()), dict(res.located)
+        report.within_tolerance, report.offenders = res.within_tolerance, res.offenders
+        report.excluded = tuple(sorted(st.machine.excluded - set(res.offenders)))
         _warn_disagreement(report, st.layout.length)
         try:
             decoded = st.layout.unpack(
@@ -484,21 +486,33 @@ DISAGREEMENT_WARNING = 1e-3
 
 
 def _warn_disagreement(report: RoundReport, length: int) -> None:
-    """Name the likely causes when replicas of partitions disagree at many coordinates."""
-    if max(report.erased, report.disagreeing) <= DISAGREEMENT_WARNING * length:
+    """Name the silos overruled by their group, and the likely causes when replicas of
+    partitions disagree beyond the drift tolerance at many coordinates (drift within it is
+    the normal case across machines: the round line counts it)."""
+    if report.offenders:
+        LOG.warning(
+            "[coded-fl] round %d: silo(s) %s sent replicas beyond the drift tolerance where the "
+            "other members of their group agreed (at %s coordinate(s)): overruled, the sum is "
+            "their groups' majority; a deviating or broken silo, left out of the next rounds",
+            report.round,
+            list(report.offenders),
+            ", ".join(str(report.off_silos.get(s, 0)) for s in report.offenders),
+        )
+    beyond = max(report.erased, report.disagreeing - report.within_tolerance)
+    if beyond <= DISAGREEMENT_WARNING * length:
         return
     top = sorted(report.off_silos.items(), key=lambda kv: (-kv[1], kv[0]))[:3]
     LOG.warning(
-        "[coded-fl] round %d: replicas of a partition disagree at %d of %d coordinates "
-        "(%d corrected, %d erased%s). Silos that hold the same partition train it to different "
-        "bits when their machines differ: torch thread counts, CPU instruction sets "
-        "(ATEN_CPU_CAPABILITY), GPU vs CPU, nondeterministic kernels, or a train function that "
-        "is not deterministic given the seeds the mod sets. Run training under "
-        "coded_fl.determinism.deterministic_torch(), give the sites the same thread count, "
-        "raise headroom_bits (fewer disagreements), add extra_replies (corrects them), or use "
-        "code='repetition' (never mixes replicas)",
+        "[coded-fl] round %d: replicas of a partition disagree beyond what the checks settle "
+        "at %d of %d coordinates (%d corrected, %d erased%s). Silos that hold the same "
+        "partition train it to different bits when their machines differ (torch thread "
+        "counts, CPU instruction sets, GPU vs CPU, nondeterministic kernels), more so with "
+        "longer local training. With the repetition code (code='auto'), raise drift_tolerance "
+        "or wait for more replies per group (extra_replies); with the polynomial code, which "
+        "mixes replicas, use code='repetition', run training under "
+        "coded_fl.determinism.deterministic_torch() or raise headroom_bits",
         report.round,
-        max(report.disagreeing, report.erased),
+        beyond,
         length,
         report.corrected,
         report.erased,

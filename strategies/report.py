@@ -40,12 +40,21 @@ class RoundReport:
         Silo -> what another silo reported about it (a share that failed authentication). The
         accusing silo could forge this: it is a lead, not a proof.
     disagreeing, corrected, erased
-        Coordinates where replicas of a partition disagreed (failed parity checks), those
-        corrected, and those erased (no update there this round): sites whose machines differ
-        make replicas differ in the last bits (``docs/protocol.md``).
+        Coordinates where replicas of a partition disagreed (failed parity checks or group
+        comparisons), those corrected (settled by the group's vote), and those erased (no
+        update there this round): sites whose machines differ make replicas drift apart
+        (``docs/protocol.md``, "Replicas that disagree").
+    within_tolerance
+        Of the disagreeing coordinates, those where every replica lay within the drift
+        tolerance of its group's median: float drift, the normal case across machines.
     off_silos
-        Silo -> coordinates where its reply was located as off (corrected or not); the silos
-        whose replicas disagree most.
+        Silo -> coordinates where its reply was located as off (beyond the drift tolerance
+        where its group's majority agreed, or beyond the parity checks' correction).
+    offenders
+        Silos overruled by their group at some coordinate beyond the drift tolerance: a
+        deviating (or broken) silo, left out of the session's later rounds.
+    excluded
+        Silos left out of this round: overruled in an earlier round of the session.
     round_trips
         Protocol round trips in this round: a rekey (if any) + train/upload + recovery.
     rekeyed
@@ -75,7 +84,10 @@ class RoundReport:
     disagreeing: int = 0
     corrected: int = 0
     erased: int = 0
+    within_tolerance: int = 0
     off_silos: dict[int, int] = field(default_factory=dict)
+    offenders: tuple[int, ...] = ()
+    excluded: tuple[int, ...] = ()
     round_trips: int = 0
     rekeyed: tuple[int, ...] = ()
     arrays: ArrayRecord | None = field(default=None, repr=False)
@@ -116,14 +128,24 @@ class RoundReport:
         )
 
     def _replicas(self) -> str:
-        if not (self.disagreeing or self.erased):
-            return ""
-        top = sorted(self.off_silos.items(), key=lambda kv: (-kv[1], kv[0]))[:3]
-        most = f" (most off: {', '.join(f'silo {s}: {c}' for s, c in top)})" if top else ""
-        return (
-            f", replicas disagree: {self.disagreeing} checked coordinate(s) failed, "
-            f"{self.corrected} corrected, {self.erased} erased{most}"
-        )
+        out = ""
+        if self.disagreeing or self.erased:
+            beyond = self.disagreeing - self.within_tolerance
+            top = sorted(self.off_silos.items(), key=lambda kv: (-kv[1], kv[0]))[:3]
+            most = f" (most off: {', '.join(f'silo {s}: {c}' for s, c in top)})" if top else ""
+            out = (
+                f", replicas differ at {self.disagreeing} coordinate(s) "
+                f"({self.within_tolerance} within the drift tolerance, {beyond} beyond: "
+                f"{self.corrected} settled by the group, {self.erased} erased{most})"
+            )
+        if self.offenders:
+            out += (
+                f"; silo(s) {list(self.offenders)} overruled beyond the drift tolerance: left "
+                "out of the next rounds"
+            )
+        if self.excluded:
+            out += f"; left out: silo(s) {list(self.excluded)}"
+        return out
 
 
 def waiting_estimate(

@@ -47,7 +47,7 @@ import numpy as np
 import torch
 
 from coded_fl.codes.base import GradientCode, check_count
-from coded_fl.errors import ConfigurationError, DecodingError
+from coded_fl.errors import ConfigurationError, DecodingError, InputError
 from coded_fl.field import PrimeField
 
 __all__ = [
@@ -261,6 +261,78 @@ class GroupCode(GradientCode):
 
     def _lost_hint(self) -> str:
         return ""
+
+    def partitions_of_group(self, group: int) -> int:
+        """How many partitions the members of ``group`` hold (:math:`K_q`)."""
+        first = self._groups[group][0]
+        return len(self.support(first))
+
+    def comparisons(self, survivors: Sequence[int]) -> tuple[tuple[int, int], ...]:
+        """Every survivor compared with its group's reference: (reference, member) positions.
+
+        The reference of a group is its smallest surviving id, the reply the decoding vector
+        reads. Each other survivor of the group gives one comparison; the order is canonical
+        (the second survivor of every group in group order, then every group's third, ...),
+        so a prefix compares as many groups as possible. The comparison row
+        :math:`r_{ref}^{-1} e_{ref} - r_j^{-1} e_j` is a parity check of the code on S
+        (:meth:`comparison_rows`), and unmasking it gives the difference of the two replicas'
+        group sums, :math:`G_{ref} - G_j`.
+
+        Parameters
+        ----------
+        survivors
+            S, distinct silo ids (any order; positions refer to it).
+
+        Returns
+        -------
+        tuple[tuple[int, int], ...]
+            (reference position, member position) pairs, |S| - (groups in S) of them.
+
+        >>> FractionalRepetitionCode(6, 1).comparisons([0, 1, 2, 3, 4, 5])  # groups of 2
+        ((0, 1), (2, 3), (4, 5))
+        >>> FractionalRepetitionCode(7, 2).comparisons([6, 0, 1, 2, 5])  # groups of 4 and 3
+        ((1, 2), (4, 0), (1, 3))
+        """
+        ids = self._distinct(survivors)
+        ref: dict[int, int] = {}
+        rank: dict[int, int] = {}
+        keyed: list[tuple[int, int, int, int]] = []
+        for k in sorted(range(len(ids)), key=lambda k: ids[k]):
+            q = self.group_of(ids[k])
+            if q not in ref:
+                ref[q], rank[q] = k, 0
+                continue
+            rank[q] += 1
+            keyed.append((rank[q], q, ref[q], k))
+        return tuple((r, k) for _, _, r, k in sorted(keyed))
+
+    def comparison_rows(
+        self, survivors: Sequence[int], pairs: Sequence[tuple[int, int]]
+    ) -> np.ndarray:
+        """The parity-check rows of ``pairs`` (from :meth:`comparisons`), aligned with S.
+
+        Parameters
+        ----------
+        survivors
+            S, as given to :meth:`comparisons`.
+        pairs
+            (reference position, member position) pairs.
+
+        Returns
+        -------
+        numpy.ndarray
+            ``len(pairs) x |S|`` canonical ``int64``: :math:`r_{ref}^{-1}` at the reference,
+            :math:`-r_j^{-1}` at the member, 0 elsewhere.
+        """
+        ids = self._distinct(survivors)
+        p, r = self.field.p, self._row_scale
+        rows = np.zeros((len(pairs), len(ids)), dtype=np.int64)
+        for row, (a, b) in zip(rows, pairs, strict=True):
+            if self.group_of(ids[a]) != self.group_of(ids[b]) or a == b:
+                raise InputError(f"positions {a} and {b} are not two members of one group")
+            row[a] = pow(int(r[ids[a]]), -1, p)
+            row[b] = (p - pow(int(r[ids[b]]), -1, p)) % p
+        return rows
 
     def _check(self, ids: tuple[int, ...], vectors: list[torch.Tensor]) -> int:
         """Compare the replies within each group; return the number of equalities checked.

@@ -49,6 +49,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from itertools import combinations
+from typing import Any
 
 import numpy as np
 import torch
@@ -84,7 +85,14 @@ class Resolution:
         Of the erased, those refused by the range check.
     located
         Reply position (column of ``weights``) -> disagreeing coordinates where every smallest
-        explanation blames that reply.
+        explanation blames that reply (:func:`coded_fl.codes.vote.vote`: where the member was
+        beyond the tolerance and a majority of its group overruled it).
+    within_tolerance
+        Of the disagreeing coordinates, those where replicas differ by no more than the
+        tolerance of a vote (float drift; 0 from :func:`resolve`).
+    unresolved
+        Reply position -> erased coordinates where that reply was beyond the tolerance and no
+        majority of its group could overrule it (:func:`coded_fl.codes.vote.vote` only).
     """
 
     value: torch.Tensor
@@ -93,6 +101,8 @@ class Resolution:
     erased: torch.Tensor = field(default_factory=lambda: torch.zeros(0, dtype=torch.int64))
     out_of_range: int = 0
     located: dict[int, int] = field(default_factory=dict)
+    within_tolerance: int = 0
+    unresolved: dict[int, int] = field(default_factory=dict)
 
 
 def _independent_rows(h_t: np.ndarray, p: int) -> list[int]:
@@ -196,15 +206,13 @@ def resolve(
     device = sums.device
     rows = sums.detach().cpu().numpy()
     value = rows[0].astype(np.int64)  # a copy: corrected and erased coordinates are written
-    disagreeing = corrected = 0
     located: dict[int, int] = {}
     erase = np.zeros(value.shape[0], dtype=bool)
     bad = np.empty(0, dtype=np.int64)
     if rows.shape[0] > 1:
         syn = rows[1:]
         bad = np.flatnonzero(syn.any(axis=0))
-        disagreeing = int(bad.size)
-        if disagreeing:
+        if bad.size:
             sigma = syn[:, bad].astype(np.int64)
             fixed, delta, blamed = _explain(w[1:], w[0], sigma, p, radius)
             good = bad[fixed]
@@ -214,18 +222,52 @@ def resolve(
             for col in blamed:
                 for j in col:
                     located[j] = located.get(j, 0) + 1
+    return finish(
+        value, erase, bad, p=p, bound=bound, dtype=rows.dtype, device=device, located=located
+    )
+
+
+def finish(
+    value: np.ndarray,
+    erase: np.ndarray,
+    bad: np.ndarray,
+    *,
+    p: int,
+    bound: int,
+    dtype: np.dtype,
+    device: torch.device,
+    **extra: Any,
+) -> Resolution:
+    """The common end of a per-coordinate decode: range check, erasure, the counts.
+
+    Parameters
+    ----------
+    value
+        ``int64`` field elements of the decoded sum (written: erased coordinates become 0).
+    erase
+        Coordinates erased so far (written: those out of range are added).
+    bad
+        The disagreeing coordinates.
+    p, bound
+        The modulus, and the largest magnitude of a true sum: beyond it a coordinate is erased.
+    dtype, device
+        The result's dtype (the sums' own) and device.
+    extra
+        Further :class:`Resolution` fields.
+
+    Returns
+    -------
+    Resolution
+    """
     # |centred representative| <= bound, i.e. value <= bound or value >= p - bound
     outside = (value > bound) & (value < p - bound) & ~erase
-    out_of_range = int(np.count_nonzero(outside))
     erase |= outside
-    if disagreeing:
-        corrected = disagreeing - int(np.count_nonzero(erase[bad]))
     value[erase] = 0
     return Resolution(
-        value=torch.from_numpy(value.astype(rows.dtype)).to(device),
-        disagreeing=disagreeing,
-        corrected=corrected,
+        value=torch.from_numpy(value.astype(dtype)).to(device),
+        disagreeing=int(bad.size),
+        corrected=int(bad.size) - int(np.count_nonzero(erase[bad])),
         erased=torch.from_numpy(np.flatnonzero(erase)),
-        out_of_range=out_of_range,
-        located=located,
+        out_of_range=int(np.count_nonzero(outside)),
+        **extra,
     )

@@ -329,6 +329,8 @@ def matmul(m, x, out, p):
                 mx = max(mx, xv[i])
             top = max(top, mx)
             for r in range(rows):
+                if m[r, ll] == 0:  # sparse rows (group comparisons): skip, exactly
+                    continue
                 c = np.uint64(np.uint32(m[r, ll]))
                 a = acc[r, :n]
                 if mersenne:

@@ -41,6 +41,7 @@ lines of code, the rest documentation.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
@@ -48,7 +49,9 @@ from enum import Enum
 import numpy as np
 import torch
 
-from coded_fl.codes.resolve import resolve
+from coded_fl.codes.repetition import GroupCode
+from coded_fl.codes.resolve import Resolution, resolve
+from coded_fl.codes.vote import vote
 from coded_fl.crypto import SEAL_OVERHEAD, check_public_key
 from coded_fl.errors import (
     ConfigurationError,
@@ -72,12 +75,17 @@ from coded_fl.secagg.messages import (
     TrainRequest,
     Upload,
 )
-from coded_fl.secagg.verify import weight_rows
+from coded_fl.secagg.verify import comparison_pairs, weight_rows
 
-__all__ = ["RoundAborted", "RoundResult", "ServerMachine", "ServerStage"]
+__all__ = ["DRIFT_TOLERANCE", "RoundAborted", "RoundResult", "ServerMachine", "ServerStage"]
 
 #: Rounds whose deal plans are remembered for late uploads.
 _LATE_ROUNDS = 8
+#: Default drift tolerance: 1/16 of the clip range per partition. Honest replicas measured at
+#: most 0.040 of it apart (``simulations.hetero.measure``, ``docs/bench/extra/
+#: hetero_measure.json``: the 4x wider CNN after 5 epochs, AVX2 vs AVX-512), the main job's CNN
+#: at most 3.1e-4 after 5 epochs.
+DRIFT_TOLERANCE = 0.0625
 
 
 class ServerStage(str, Enum):
@@ -108,6 +116,9 @@ class RoundResult:
     erased: torch.Tensor = field(default_factory=lambda: torch.zeros(0, dtype=torch.int64))
     located: dict[int, int] = field(default_factory=dict)  # silo -> coordinates it was off
     excluded: tuple[int, ...] = ()  # uploaded, then dropped from S: convicted by accusations
+    within_tolerance: int = 0  # disagreeing coordinates where replicas drift within tolerance
+    offenders: tuple[int, ...] = ()  # off beyond the tolerance, overruled by their group
+    unresolved: dict[int, int] = field(default_factory=dict)  # silo -> erased where it was off
 
 
 @dataclass(frozen=True)
@@ -147,19 +158,48 @@ class ServerMachine:
         The public protocol configuration of the run.
     max_erased_fraction
         The largest fraction of a round's coordinates that may be erased (replicas that
-        disagree beyond correction), and at which one silo's replies may be located as off;
-        above it the round is aborted, naming the silos located as off. Float noise between
-        sites stays far below (``docs/protocol.md``); a broken or malicious silo goes far
-        above.
+        disagree beyond correction), and (codes other than the repetition code) at which one
+        silo's replies may be located as off; above it the round is aborted, naming the silos
+        located as off.
+    drift_tolerance
+        With a group code (the repetition code): how far, as a fraction of the clip range per
+        partition of the group, a replica may lie from its group's per-coordinate median and
+        still count as agreeing (float drift between sites; ``docs/protocol.md``, "Replicas
+        that disagree"). Beyond it the silo is located as off at that coordinate, overruled by
+        its group's majority (or the coordinate erased without one), named in
+        :attr:`RoundResult.offenders` and left out of every later round of the session.
+        0 asks for bit-identical replicas.
+    exact_coordinates
+        Coordinates where honest replicas are always identical (the weight): tolerance 0.
     """
 
-    def __init__(self, config: ProtocolConfig, *, max_erased_fraction: float = 0.01) -> None:
+    def __init__(
+        self,
+        config: ProtocolConfig,
+        *,
+        max_erased_fraction: float = 0.01,
+        drift_tolerance: float = DRIFT_TOLERANCE,
+        exact_coordinates: Sequence[int] = (),
+    ) -> None:
         if not 0.0 <= max_erased_fraction < 1.0:
             raise ConfigurationError(
                 f"max_erased_fraction must be in [0, 1), got {max_erased_fraction!r}"
             )
+        if (
+            isinstance(drift_tolerance, bool)
+            or not isinstance(drift_tolerance, (int, float))
+            or not 0.0 <= drift_tolerance <= 1.0
+        ):
+            raise ConfigurationError(
+                f"drift_tolerance must be a number in [0, 1] (a fraction of the clip range), "
+                f"got {drift_tolerance!r}"
+            )
         self.config = config
         self.max_erased_fraction = max_erased_fraction
+        self.drift_tolerance = float(drift_tolerance)
+        self.exact_coordinates = tuple(int(i) for i in exact_coordinates)
+        # silos located as off beyond the drift tolerance: refused for the rest of the session
+        self.excluded: frozenset[int] = frozenset()
         self.stage = ServerStage.INIT
         self.roster: dict[int, bytes] = {}
         self._pending_keys: dict[int, bytes] = {}
@@ -285,7 +325,7 @@ class ServerMachine:
         roster = tuple(sorted(self.roster.items()))
         aligned = cfg.aligned and self.edges_ready
         deal = self._deal_plan(number) if cfg.aligned else {}
-        self._round = _Round(number, barred=self._bar_next, aligned=aligned)
+        self._round = _Round(number, barred=self._bar_next | self.excluded, aligned=aligned)
         self._round.deal = {s: frozenset(d) for s, d in deal.items()}
         self._deals[number] = self._round.deal
         for old in sorted(self._deals)[:-_LATE_ROUNDS]:
@@ -444,6 +484,12 @@ class ServerMachine:
             raise RemoteProtocolError("upload from a silo outside the roster", sender=msg.sender)
         if msg.sender in rnd.uploads:
             raise RemoteProtocolError("duplicate upload in this round", sender=msg.sender)
+        if msg.sender in self.excluded:
+            raise RemoteProtocolError(
+                "left out of the rest of the session: its replies were off beyond the drift "
+                "tolerance where the other members of its group agreed",
+                sender=msg.sender,
+            )
         if msg.sender in rnd.barred:
             raise RemoteProtocolError(
                 f"left out of round {rnd.number}: at least {self.accusers_needed} silos could not "
@@ -532,7 +578,8 @@ class ServerMachine:
             )
         self.stage = ServerStage.RECOVERING
         if rnd.aligned:  # the group masks cancel in every weight row: nothing to recover
-            rnd.survivors, rnd.weights, rnd.masked = survivors, weight_rows(cfg, survivors), None
+            rows = weight_rows(cfg, survivors, group_masked=True)
+            rnd.survivors, rnd.weights, rnd.masked = survivors, rows, None
             return []
         return self._recovery_requests(rnd, survivors, survivors)
 
@@ -731,12 +778,29 @@ class ServerMachine:
             masks = cfg.sharing.decode(rnd.replies)  # (R, d): sum_i w_i z_i per row
             sums = F.sub(masked, masks)  # row 0: sum_k q(g_k); rows 1..: parity checks
         e = sums.shape[0] - 1
-        quant = cfg.quantization
-        res = resolve(F, weights, sums, bound=quant.num_summands * quant.max_abs, radius=e // 2)
+        res, voted = self._decode(rnd, weights, sums)
         located = {rnd.survivors[i]: c for i, c in res.located.items()}
+        unresolved = {rnd.survivors[i]: c for i, c in res.unresolved.items()}
         erased = int(res.erased.numel())
         limit = self.max_erased_fraction * res.value.numel()
-        broken = tuple(sorted(i for i, c in located.items() if c > limit))
+        broken = () if voted else tuple(sorted(i for i, c in located.items() if c > limit))
+        if erased > limit and voted:
+            beyond = sorted({*located, *unresolved})
+            return self._abort(
+                f"replicas of a partition disagree beyond the drift tolerance "
+                f"(drift_tolerance={self.drift_tolerance:g} of the clip range) at {erased} of "
+                f"{res.value.numel()} coordinates with no majority in their group "
+                f"({res.out_of_range} outside the range of a true sum), more than "
+                f"max_erased_fraction={self.max_erased_fraction:g} allows; the aggregate was not "
+                f"applied; silos beyond the tolerance: "
+                + (
+                    ", ".join(f"{i} ({located.get(i, 0) + unresolved.get(i, 0)})" for i in beyond)
+                    or "none"
+                )
+                + ". Honest sites drift further after long local training: raise "
+                "drift_tolerance, or wait for more replies per group (extra_replies)",
+                suspects=tuple(beyond),
+            )
         if broken:
             # correction assumes at most e // 2 off replies per coordinate; a silo off at more
             # coordinates than float noise ever makes uses that budget everywhere, so another
@@ -769,7 +833,9 @@ class ServerMachine:
                 f"applied{named}",
                 suspects=suspects,
             )
-        total = dequantize(res.value, quant, F, check_range=False)  # out of range: erased
+        total = dequantize(
+            res.value, cfg.quantization, F, check_range=False
+        )  # out of range: erased
         result = RoundResult(
             round=rnd.number,
             total=total,
@@ -785,10 +851,48 @@ class ServerMachine:
             erased=res.erased,
             located=located,
             excluded=rnd.excluded,
+            within_tolerance=res.within_tolerance,
+            offenders=tuple(sorted(located)) if voted else (),
+            unresolved=unresolved,
         )
+        if voted and located:
+            self.excluded = frozenset({*self.excluded, *located})
         self._round = None
         self.stage = ServerStage.READY
         return result
+
+    def _decode(
+        self, rnd: _Round, weights: np.ndarray, sums: torch.Tensor
+    ) -> tuple[Resolution, bool]:
+        """The round's sum, coordinate by coordinate: a vote within each silo group for a group
+        code (True), the parity checks' location and correction otherwise (False)."""
+        cfg = self.config
+        quant = cfg.quantization
+        bound = quant.num_summands * quant.max_abs
+        pairs = comparison_pairs(cfg, rnd.survivors, group_masked=rnd.aligned)
+        code = cfg.gradient_code
+        if pairs is None or not isinstance(code, GroupCode):
+            e = sums.shape[0] - 1
+            return resolve(cfg.field, weights, sums, bound=bound, radius=e // 2), False
+        step = math.ceil(self.drift_tolerance * quant.max_abs)
+        tolerance: list[int] = []
+        seen: set[int] = set()
+        for ref, _ in pairs:
+            if ref not in seen:
+                seen.add(ref)
+                group = code.group_of(rnd.survivors[ref])
+                tolerance.append(step * code.partitions_of_group(group))
+        return (
+            vote(
+                cfg.field,
+                sums,
+                pairs,
+                tolerance=tolerance,
+                bound=bound,
+                exact=self.exact_coordinates,
+            ),
+            True,
+        )
 
     def abort(self, reason: str) -> RoundAborted:
         """Give up the current round (e.g. the driver's deadline passed)."""

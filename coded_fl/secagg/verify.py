@@ -8,6 +8,9 @@ dishonest server could ask for a unit vector and unmask one silo, so every silo 
 - every further row h must be a nonzero parity check of the code on S (:math:`h^T B_S = 0`): for
   consistent replies :math:`\\sum_i h_i c_i = 0`, so unmasking it reveals nothing, and for
   inconsistent ones it reveals only a combination of the errors. At most |S| - (n - s) of them.
+- with a group code (the repetition code) the rows are fixed by S: row 0 and the comparisons of
+  :func:`comparison_pairs`, each the difference of two members of one group (a silo compares
+  them with the rows it recomputes, bit for bit, and answers nothing else).
 
 The server builds the same rows with :func:`weight_rows`.
 """
@@ -18,12 +21,13 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from coded_fl.codes.repetition import GroupCode
 from coded_fl.errors import RemoteProtocolError
 from coded_fl.linalg import mat_mul
 from coded_fl.secagg.config import ProtocolConfig
 from coded_fl.secagg.messages import SERVER
 
-__all__ = ["check_survivors", "check_weight_rows", "weight_rows"]
+__all__ = ["check_survivors", "check_weight_rows", "comparison_pairs", "weight_rows"]
 
 
 def check_survivors(cfg: ProtocolConfig, survivors: Sequence[int]) -> tuple[int, ...]:
@@ -60,10 +64,48 @@ def check_survivors(cfg: ProtocolConfig, survivors: Sequence[int]) -> tuple[int,
     return s
 
 
-def weight_rows(cfg: ProtocolConfig, survivors: Sequence[int]) -> np.ndarray:
+def comparison_pairs(
+    cfg: ProtocolConfig, survivors: Sequence[int], *, group_masked: bool = False
+) -> tuple[tuple[int, int], ...] | None:
+    """With a group code: the (reference, member) positions the rows after row 0 compare.
+
+    In a group-masked round every survivor that is not its group's reference is compared with
+    it (the masks cancel in a comparison: it costs the server 2 d operations and no message);
+    in a round with shared masks each row is one more recovered mask sum per survivor, so the
+    first |S| - (n - s) comparisons are made (the canonical order of
+    :meth:`~coded_fl.codes.GroupCode.comparisons` spreads them over the groups).
+
+    Parameters
+    ----------
+    cfg
+        The run's configuration.
+    survivors
+        S, strictly increasing silo ids.
+    group_masked
+        True for a round whose masks cancel within the weight rows (``masking="aligned"``
+        once the edge keys are dealt): no recovery request is sent.
+
+    Returns
+    -------
+    tuple[tuple[int, int], ...] | None
+        The pairs of positions in S, or None when the code is not a group code (its rows are
+        parity checks located by :mod:`coded_fl.codes.resolve`).
+    """
+    code = cfg.gradient_code
+    if not isinstance(code, GroupCode):
+        return None
+    s = check_survivors(cfg, survivors)
+    pairs = code.comparisons(s)
+    return pairs if group_masked else pairs[: len(s) - (cfg.n - cfg.s)]
+
+
+def weight_rows(
+    cfg: ProtocolConfig, survivors: Sequence[int], *, group_masked: bool = False
+) -> np.ndarray:
     """The rows the server asks the survivors to unmask with.
 
-    Row 0 is the decoding vector a for S; the rows after it are the first |S| - (n - s) rows
+    Row 0 is the decoding vector a for S. With a group code the rows after it are the
+    comparisons of :func:`comparison_pairs`; with any other code the first |S| - (n - s) rows
     of the code's parity checks on S (:meth:`~coded_fl.codes.GradientCode.parity_checks`,
     computed once per survivor set and cached by the code). Silos recompute a and check the
     other rows with :func:`check_weight_rows`.
@@ -74,6 +116,8 @@ def weight_rows(cfg: ProtocolConfig, survivors: Sequence[int]) -> np.ndarray:
         The run's configuration; its gradient code is public.
     survivors
         S, strictly increasing silo ids.
+    group_masked
+        As in :func:`comparison_pairs`.
 
     Returns
     -------
@@ -89,6 +133,9 @@ def weight_rows(cfg: ProtocolConfig, survivors: Sequence[int]) -> np.ndarray:
     s = check_survivors(cfg, survivors)
     code = cfg.gradient_code
     a = np.asarray(code.decoding_vector(list(s)), dtype=np.int64).reshape(1, -1)
+    pairs = comparison_pairs(cfg, s, group_masked=group_masked)
+    if pairs is not None and isinstance(code, GroupCode):
+        return np.concatenate([a, code.comparison_rows(s, pairs)], axis=0)
     checks = code.parity_checks(list(s))
     return np.concatenate([a, checks[: len(s) - (cfg.n - cfg.s)]], axis=0)
 
@@ -136,6 +183,14 @@ def check_weight_rows(
             "refused (it could unmask individual silos)",
             sender=SERVER,
         )
+    if isinstance(cfg.gradient_code, GroupCode):
+        if not np.array_equal(w, weight_rows(cfg, s)):
+            raise RemoteProtocolError(
+                "the weight rows are not the public code's decoding vector and group "
+                "comparisons for the announced survivors: refused",
+                sender=SERVER,
+            )
+        return w
     extra = w[1:]
     if extra.shape[0] > len(s) - (cfg.n - cfg.s):
         raise RemoteProtocolError(

@@ -3,8 +3,10 @@
 The server builds the rows (:func:`weight_rows`) and every survivor checks them
 (:func:`check_weight_rows`) before unmasking with them. The rows come from the code's parity
 checks; before, they came from the reduced left null space of :math:`B_S` (``rows_before``).
-Both bases must give the same row 0 and the same row space (so unmasking reveals the same
-things and locates the same silos), and a silo must accept either.
+For the polynomial code both bases must give the same row 0 and the same row space (so
+unmasking reveals the same things and locates the same silos), and a silo must accept either.
+For the repetition code the rows after row 0 are its group comparisons, fixed by S: checked
+here against a construction from the definition, and any other basis is refused.
 """
 
 from __future__ import annotations
@@ -44,7 +46,11 @@ def test_weight_rows_known_answers(case):
     assert check_weight_rows(cfg, case["survivors"], case["rows"]).tolist() == case["rows"]
 
 
-@pytest.mark.parametrize("case", VECTORS["cases"], ids=case_id)
+POLYNOMIAL = [c for c in VECTORS["cases"] if c["code"] == "polynomial"]
+REPETITION = [c for c in VECTORS["cases"] if c["code"] == "repetition"]
+
+
+@pytest.mark.parametrize("case", POLYNOMIAL, ids=case_id)
 def test_weight_rows_span_what_they_spanned_before(case):
     cfg = config(case["n"], case["s"], case["code"], case["p"])
     new, old = np.array(case["rows"]), np.array(case["rows_before"])
@@ -69,3 +75,30 @@ def test_check_weight_rows_refuses_a_non_check():
     rows[1, 0] = (rows[1, 0] + 1) % cfg.p
     with pytest.raises(RemoteProtocolError, match="not a parity check"):
         check_weight_rows(cfg, [0, 1, 2, 3, 4], rows.tolist())
+
+
+@pytest.mark.parametrize("case", REPETITION, ids=case_id)
+def test_repetition_rows_are_group_comparisons_from_the_definition(case):
+    """Python ints: each check row is r_ref^-1 e_ref - r_j^-1 e_j for two survivors of one group,
+    the reference the group's smallest survivor, second survivors of every group first, and
+    |S| - (n - s) of them (shared masks); an old basis of the same space is refused."""
+    cfg = config(case["n"], case["s"], case["code"], case["p"])
+    code, p, surv = cfg.gradient_code, case["p"], case["survivors"]
+    r = [int(code.matrix[i][code.support(i)[0]]) for i in range(case["n"])]
+    by_group: dict[int, list[int]] = {}
+    for pos, silo in enumerate(surv):
+        by_group.setdefault(code.group_of(silo), []).append(pos)
+    expected = []
+    for rank_ in range(1, case["n"]):
+        for q in sorted(by_group):
+            members = by_group[q]
+            if rank_ < len(members):
+                row = [0] * len(surv)
+                row[members[0]] = pow(r[surv[members[0]]], -1, p)
+                row[members[rank_]] = (-pow(r[surv[members[rank_]]], -1, p)) % p
+                expected.append(row)
+    expected = expected[: len(surv) - (case["n"] - case["s"])]
+    assert case["rows"][1:] == expected
+    if case["rows_before"] != case["rows"]:
+        with pytest.raises(RemoteProtocolError, match="group comparisons"):
+            check_weight_rows(cfg, surv, case["rows_before"])
