@@ -71,16 +71,4 @@ flwr run . codedfl --stream \
 
 # `flwr run --stream` exits 0 even when the ServerApp failed: ask the SuperLink how the run
 # ended, and exit non-zero unless it finished completed.
-status=$(flwr ls codedfl --format json 2>/dev/null | "$py" -c '
-import json, sys
-try:
-    out = json.loads(sys.stdin.read() or "{}")
-except ValueError:
-    out = {}
-runs = sorted(out.get("runs", []), key=lambda r: int(r.get("run-id", 0)))
-print(runs[-1].get("status", "unknown") if runs else "unknown")
-')
-if [[ "$status" != *completed* ]]; then
-  echo "main: the run ended as '$status' (see the error above)" >&2
-  exit 1
-fi
+bash scripts/run_status.sh codedfl "$py" || { echo "main: the run did not complete" >&2; exit 1; }

@@ -42,3 +42,5 @@ done
 
 cd "$root"
 timeout "${RUN_TIMEOUT:-1800}" "$bindir/flwr" run "$app" "$conn" --stream -c "num-silos=$nodes" "$@"
+# `flwr run` exits 0 when the ServerApp failed (e.g. every round aborted): exit as the run ended
+bash "$root/scripts/run_status.sh" "$conn" "$py"
