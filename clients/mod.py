@@ -155,10 +155,11 @@ def make_coded_secagg_mod(policy: ClientPolicy | None = None) -> Mod:
     Parameters
     ----------
     policy
-        The silo's minimums (T, U - T, n, modulus bits; see
+        The silo's minimums (T, U - T, n, modulus bits, quantization scale; see
         :class:`coded_fl.secagg.policy.ClientPolicy`). A node's config can raise them
-        further (``codedfl.min-privacy-threshold`` etc.) and pin its silo index
-        (``codedfl.expected-silo``).
+        further (``codedfl.min-privacy-threshold``, ``codedfl.min-scale`` etc.) and pin its
+        silo index (``codedfl.expected-silo``); it lowers the privacy minimums (T and the
+        scale) only with the explicit opt-out ``codedfl.allow-no-privacy = true``.
 
     Returns
     -------
@@ -180,8 +181,10 @@ def coded_secagg_mod(msg: Message, context: Context, call_next: ClientAppCallabl
 
     The silo's minimums come from its node config (``codedfl.min-privacy-threshold``,
     ``codedfl.min-mask-pieces``, ``codedfl.min-silos``, ``codedfl.min-modulus-bits``,
-    ``codedfl.max-silos``, ``codedfl.max-partitions``, ``codedfl.max-vector-length``,
-    ``codedfl.expected-silo``); :func:`make_coded_secagg_mod` sets them in code.
+    ``codedfl.min-scale``, ``codedfl.max-silos``, ``codedfl.max-partitions``,
+    ``codedfl.max-vector-length``, ``codedfl.expected-silo``); by default a silo refuses
+    T = 0 and a quantization scale below 2^8 unless its node config sets
+    ``codedfl.allow-no-privacy = true``. :func:`make_coded_secagg_mod` sets them in code.
 
     Parameters
     ----------

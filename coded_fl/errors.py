@@ -13,6 +13,8 @@ error:
   inconsistent, failed authentication). The peer misbehaved or dropped; ``sender`` names it.
 - :class:`DecodingError`: an aggregate cannot be produced (too few replies, inconsistent replicas);
   no partial or wrong result is ever returned instead.
+- :class:`RunAbortedError`: a run stopped because its rounds keep aborting (each round's
+  reason is in its report); the model is the one of the last completed round.
 
 No error message ever contains a secret, a key, a seed or a mask.
 """
@@ -30,6 +32,7 @@ __all__ = [
     "MaskReuseError",
     "NeedsKeysError",
     "RemoteProtocolError",
+    "RunAbortedError",
     "WeightBoundError",
 ]
 
@@ -106,3 +109,12 @@ class DecodingError(CodedFLError):
     def __init__(self, message: str, *, suspects: tuple[int, ...] = ()) -> None:
         super().__init__(message)
         self.suspects = suspects
+
+
+class RunAbortedError(CodedFLError):
+    """A run stopped early: too many rounds in a row could not complete.
+
+    Raised by the server adapter after ``max_aborted_rounds`` aborted rounds in a row, so that
+    a run that cannot succeed ends with an error (the Flower run is recorded as failed) rather
+    than after every round has aborted. The message gives the last round's reason.
+    """

@@ -93,6 +93,12 @@ class UpdateLayout:
             raise ConfigurationError(f"model_size must be an int >= 1, got {self.model_size!r}")
 
     @property
+    def weight_index(self) -> int:
+        """The coordinate of the weight :math:`\\rho_k` (after the model's): the same integer
+        in every honest replica of a partition."""
+        return self.model_size
+
+    @property
     def length(self) -> int:
         """Coordinates of the whole vector (the protocol's ``vector_length``)."""
         return self.model_size + 2 + len(self.metric_keys)

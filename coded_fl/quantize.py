@@ -45,6 +45,8 @@ __all__ = [
     "QuantizationConfig",
     "QuantizationStats",
     "RoundingKey",
+    "check_clip_range",
+    "check_positive_real",
     "dequantize",
     "quantize",
     "stochastic_round",
@@ -151,12 +153,9 @@ class QuantizationConfig:
     def __post_init__(self) -> None:
         check_modulus(self.p)
         c, s, n = self.clip_range, self.scale, self.num_summands
-        if not isinstance(c, (int, float)) or not math.isfinite(c) or c <= 0:
-            raise ConfigurationError(f"clip_range must be a finite number > 0, got {c!r}")
-        if not isinstance(s, (int, float)) or not math.isfinite(s) or s <= 0:
-            raise ConfigurationError(f"scale must be a finite number > 0, got {s!r}")
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-            raise ConfigurationError(f"num_summands must be an int >= 1, got {n!r}")
+        check_clip_range(c)
+        check_positive_real("scale", s)
+        _check_num_summands(n)
         if self.nonfinite not in ("raise", "clip"):
             raise ConfigurationError(f"nonfinite must be 'raise' or 'clip', got {self.nonfinite!r}")
         product = float(c) * float(s)
@@ -184,13 +183,45 @@ class QuantizationConfig:
         *, clip_range: float, num_summands: int, p: int = MERSENNE31, headroom_bits: int = 0
     ) -> float:
         """The largest power-of-two scale that fits ``num_summands`` clipped values in GF(p),
-        leaving ``headroom_bits`` unused above the largest possible sum."""
-        limit = (p - 1) // 2 // num_summands >> headroom_bits
+        leaving ``headroom_bits`` unused above the largest possible sum.
+
+        The scale is at least 1 (a step of at most 1): a setting that would need a coarser
+        step is refused, since every value would then quantize to 0 or :math:`\\pm 1`.
+
+        Raises
+        ------
+        ConfigurationError
+            If a setting has the wrong type or range, or the setting leaves no scale >= 1;
+            the message names the setting and the value that would work.
+        """
+        check_modulus(p)
+        check_clip_range(clip_range)
+        _check_num_summands(num_summands)
+        if (
+            isinstance(headroom_bits, bool)
+            or not isinstance(headroom_bits, int)
+            or headroom_bits < 0
+        ):
+            raise ConfigurationError(
+                f"headroom_bits must be an int >= 0, got {headroom_bits!r}: set headroom_bits=0 "
+                "(no headroom) or more (the default of a protocol configuration is 8)"
+            )
+        room = (p - 1) // 2 // num_summands  # the largest |q| each summand may reach
+        limit = room >> headroom_bits
         if limit < clip_range:
+            least = math.ceil(clip_range)
+            most_bits = (room // least).bit_length() - 1  # the most headroom leaving scale >= 1
+            fixes = [f"headroom_bits <= {most_bits}"] if most_bits >= 0 else []
+            if limit >= 1:
+                fixes.append(f"clip_range <= {limit}")
+            elif room >= 1:
+                fixes.append(f"clip_range <= {room} with headroom_bits=0")
+            fixes = fixes or ["a smaller clip_range"]
             raise ConfigurationError(
                 f"GF({p}) has no room for {num_summands} summands with clip_range={clip_range} "
-                f"and headroom_bits={headroom_bits}: use fewer summands, a smaller clip_range, "
-                "less headroom or a larger p"
+                f"and headroom_bits={headroom_bits}: the quantization scale would be below 1 "
+                f"(every value rounds to 0 or +-1); set {' or '.join(fixes)}, or use fewer "
+                "summands or a larger p"
             )
         return float(2.0 ** math.floor(math.log2(limit / clip_range)))
 
@@ -212,10 +243,8 @@ class QuantizationConfig:
         h bits of quantization precision. (A corruption is not always random-looking: see
         ``docs/protocol.md``, "Replicas that disagree".)
         """
-        if not isinstance(num_summands, int) or num_summands < 1:
-            raise ConfigurationError(f"num_summands must be an int >= 1, got {num_summands!r}")
-        if not math.isfinite(clip_range) or clip_range <= 0:
-            raise ConfigurationError(f"clip_range must be a finite number > 0, got {clip_range!r}")
+        _check_num_summands(num_summands)
+        check_clip_range(clip_range)
         scale = cls.max_scale(
             clip_range=clip_range, num_summands=num_summands, p=p, headroom_bits=headroom_bits
         )
@@ -230,6 +259,58 @@ class QuantizationConfig:
     def step(self) -> float:
         """The quantization step :math:`1/s`."""
         return 1.0 / self.scale
+
+
+def check_positive_real(name: str, value: object) -> None:
+    """Refuse ``value`` unless it is a finite real number > 0 (an int or a float).
+
+    A bool, a string or a NumPy scalar other than float64 is refused too: the value ends up
+    in the configuration's canonical JSON, where ``True`` or ``"1"`` would mean something else.
+
+    Parameters
+    ----------
+    name
+        The setting's name, for the message.
+    value
+        The value to check.
+
+    Raises
+    ------
+    ConfigurationError
+        Naming the setting and what it must be.
+    """
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not math.isfinite(value)
+        or value <= 0
+    ):
+        raise ConfigurationError(
+            f"{name} must be a finite number > 0 (an int or a float, not a bool or a string), "
+            f"got {value!r}"
+        )
+
+
+def check_clip_range(clip_range: object) -> None:
+    """Refuse a ``clip_range`` that is not a finite real number > 0 (see
+    :func:`check_positive_real`); e.g. ``clip_range=1.0``.
+
+    Parameters
+    ----------
+    clip_range
+        The value to check.
+
+    Raises
+    ------
+    ConfigurationError
+        Naming ``clip_range``.
+    """
+    check_positive_real("clip_range", clip_range)
+
+
+def _check_num_summands(n: object) -> None:
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ConfigurationError(f"num_summands must be an int >= 1, got {n!r}")
 
 
 def _as_float(x: torch.Tensor, name: str = "x") -> torch.Tensor:

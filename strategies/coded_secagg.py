@@ -34,7 +34,10 @@ from flwr.serverapp.strategy.strategy_utils import log_strategy_start_info
 from coded_fl.codes import GradientCode
 from coded_fl.errors import CodedFLError, ConfigurationError
 from coded_fl.layout import UpdateLayout, flatten
+from coded_fl.quantize import QuantizationConfig, check_clip_range, check_positive_real
 from coded_fl.secagg import ProtocolConfig, ServerMachine
+from coded_fl.secagg.policy import MIN_SCALE
+from coded_fl.secagg.server import DRIFT_TOLERANCE
 from coded_fl.vocabulary import TrainSpec
 
 from .composable import calibrate_noise, chain_attr, check_composable, legacy_advice
@@ -49,6 +52,10 @@ LOG = logging.getLogger("flwr")
 #: The automatic weight bound's first value (a power of two; raised as silos ask).
 AUTO_WEIGHT_START = 1024.0
 
+#: The gradient codes and maskings a run may ask for (ProtocolConfig decides which fit n, s).
+_CODES = ("auto", "plain", "polynomial", "repetition")
+_MASKINGS = ("auto", "shares", "aligned")
+
 
 class CodedSecAgg(Strategy):
     """Straggler-tolerant secure aggregation wrapped around ``strategy``.
@@ -60,7 +67,9 @@ class CodedSecAgg(Strategy):
     num_stragglers
         s: every round completes from the first n - s uploads.
     privacy_threshold
-        T: up to T silos colluding with the server learn nothing beyond the sum.
+        T: up to T silos colluding with the server learn nothing beyond the sum. Silos refuse
+        T = 0 unless their node config sets ``codedfl.allow-no-privacy = true``
+        (:class:`coded_fl.secagg.policy.ClientPolicy`).
     recovery_threshold
         U (T < U <= n - s): recovery replies needed to unmask; default n - s.
     num_silos
@@ -107,14 +116,36 @@ class CodedSecAgg(Strategy):
         more headroom also makes replicas disagree less often (a coarser quantization step,
         less precision). The default code never mixes replicas.
     max_erased_fraction
-        Coordinates where replicas disagree beyond what the parity checks correct are erased
-        (no update there this round); a round that would erase more than this fraction is
-        aborted, naming the silos located as off (a broken or malicious silo, not float
-        noise).
+        Coordinates where replicas disagree beyond what the group vote (or the parity checks)
+        settles are erased (no update there this round); a round that would erase more than
+        this fraction is aborted, naming the silos located as off.
+    drift_tolerance
+        How far (a fraction of the clip range, per partition of a silo group) a replica may lie
+        from its group's per-coordinate median and still count as agreeing: replicas drift
+        apart across machines with training, and that never stops a round. A silo beyond it
+        where its group's majority agrees is overruled, named and left out of the later
+        rounds (``docs/protocol.md``, "Replicas that disagree"). Default 1/16; 0 asks for
+        bit-identical replicas.
+    max_aborted_rounds
+        Stop the run with :class:`coded_fl.errors.RunAbortedError` after this many rounds in a
+        row aborted (the Flower run then ends as failed); 0: never stop.
     round_timeout, recovery_timeout, key_timeout, node_wait_timeout, evaluate_timeout
-        Deadlines (seconds) of the stages; nothing waits longer.
+        Deadlines (seconds, finite and > 0) of the stages; nothing waits longer.
+        ``evaluate_timeout=None`` (default) takes ``round_timeout``.
+    poll_interval
+        Seconds (finite, > 0) between two looks for replies.
     progress
         Called with a :class:`RoundReport` after every round (default: log the line).
+
+    Raises
+    ------
+    ConfigurationError
+        At construction, before any node is contacted, naming the setting: a count that is
+        not an int in range (s, T, ``extra_replies``, ``headroom_bits`` >= 0; n, U >= 1 or
+        None; T < U; ``extra_replies`` <= s), a ``clip_range`` or ``scale`` that is not a
+        finite number > 0 or that leaves no quantization scale >= 1 even at the fewest silos
+        the settings allow, a deadline that is not a finite number > 0, an unknown ``code``
+        or ``masking``; with ``num_silos`` given, anything the protocol configuration refuses.
     """
 
     def __init__(
@@ -136,6 +167,8 @@ class CodedSecAgg(Strategy):
         extra_wait: float = 2.0,
         headroom_bits: int = 8,
         max_erased_fraction: float = 0.01,
+        drift_tolerance: float = DRIFT_TOLERANCE,
+        max_aborted_rounds: int = 3,
         round_timeout: float = 600.0,
         recovery_timeout: float = 60.0,
         key_timeout: float = 120.0,
@@ -150,25 +183,61 @@ class CodedSecAgg(Strategy):
                 "strategy must be a flwr.serverapp.strategy.Strategy, got "
                 f"{type(strategy).__name__}" + legacy_advice(strategy)
             )
+        _check_counts(
+            num_stragglers=num_stragglers,
+            privacy_threshold=privacy_threshold,
+            recovery_threshold=recovery_threshold,
+            num_silos=num_silos,
+            extra_replies=extra_replies,
+            headroom_bits=headroom_bits,
+        )
         for name, value in (
             ("round_timeout", round_timeout),
             ("recovery_timeout", recovery_timeout),
             ("key_timeout", key_timeout),
             ("node_wait_timeout", node_wait_timeout),
             ("poll_interval", poll_interval),
-            ("extra_wait", extra_wait),
+            ("evaluate_timeout", evaluate_timeout),
         ):
-            if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
-                raise ConfigurationError(f"{name} must be a finite number >= 0, got {value!r}")
-        if not (isinstance(max_erased_fraction, (int, float)) and 0 <= max_erased_fraction < 1):
+            if value is not None or name != "evaluate_timeout":
+                _check_real(name, value, least=0.0, strict=True)
+        _check_real("extra_wait", extra_wait, least=0.0, strict=False)
+        if not _is_real(drift_tolerance) or not 0 <= drift_tolerance <= 1:
+            raise ConfigurationError(
+                f"drift_tolerance must be a number in [0, 1] (a fraction of the clip range), "
+                f"got {drift_tolerance!r}"
+            )
+        if isinstance(max_aborted_rounds, bool) or not isinstance(max_aborted_rounds, int):
+            raise ConfigurationError(
+                f"max_aborted_rounds must be an int >= 0, got {max_aborted_rounds!r}"
+            )
+        if max_aborted_rounds < 0:
+            raise ConfigurationError(
+                f"max_aborted_rounds must be an int >= 0 (0: never stop), got {max_aborted_rounds}"
+            )
+        if not _is_real(max_erased_fraction) or not 0 <= max_erased_fraction < 1:
             raise ConfigurationError(
                 f"max_erased_fraction must be a number in [0, 1), got {max_erased_fraction!r}"
             )
         if max_weight is not None and not (
-            isinstance(max_weight, (int, float)) and math.isfinite(max_weight) and max_weight > 0
+            _is_real(max_weight) and math.isfinite(max_weight) and max_weight > 0
         ):
             raise ConfigurationError(
                 f"max_weight must be a finite number > 0 or None (automatic), got {max_weight!r}"
+            )
+        check_clip_range(clip_range)
+        if scale is not None:
+            check_positive_real("scale", scale)
+        if code not in _CODES:
+            raise ConfigurationError(f"code must be one of {', '.join(_CODES)}, got {code!r}")
+        if masking not in _MASKINGS:
+            raise ConfigurationError(
+                f"masking must be one of {', '.join(_MASKINGS)}, got {masking!r}"
+            )
+        if privacy_threshold == 0:
+            LOG.warning(
+                "[coded-fl] privacy_threshold=0: silos refuse it by default (their policy's "
+                "minimum is T >= 1) unless their node config sets codedfl.allow-no-privacy = true"
             )
         self.strategy = strategy
         self.num_stragglers = num_stragglers
@@ -184,6 +253,8 @@ class CodedSecAgg(Strategy):
         self.extra_wait = float(extra_wait)
         self.headroom_bits = headroom_bits
         self.max_erased_fraction = float(max_erased_fraction)
+        self.drift_tolerance = float(drift_tolerance)
+        self.max_aborted_rounds = max_aborted_rounds
         self.round_timeout = float(round_timeout)
         self.recovery_timeout = float(recovery_timeout)
         self.key_timeout = float(key_timeout)
@@ -206,9 +277,26 @@ class CodedSecAgg(Strategy):
         self._driver: RoundDriver | None = None
         if num_silos is not None:  # validate the settings now, before any node is contacted
             try:
-                self._config(num_silos, vector_length=1, run_id="check")
+                quant = self._config(num_silos, vector_length=1, run_id="check").quantization
             except ConfigurationError as exc:
                 raise self._too_few(num_silos) or exc from None
+        else:  # the quantization at the fewest silos the settings allow (K = n; more is coarser)
+            k = self.min_silos()
+            if scale is None:
+                quant = QuantizationConfig.for_summands(
+                    k, clip_range=clip_range, headroom_bits=headroom_bits
+                )
+            else:
+                quant = QuantizationConfig(clip_range=clip_range, scale=scale, num_summands=k)
+        if quant.scale < MIN_SCALE:
+            LOG.warning(
+                "[coded-fl] the quantization scale is %g (clip_range=%s), below the %g that "
+                "silos accept by default (node config codedfl.min-scale): lower clip_range "
+                "or headroom_bits, or the silos must set codedfl.allow-no-privacy = true",
+                quant.scale,
+                clip_range,
+                MIN_SCALE,
+            )
 
     # ------------------------------------------------------------------ Strategy interface
     def summary(self) -> None:
@@ -397,9 +485,17 @@ class CodedSecAgg(Strategy):
         Raises
         ------
         ConfigurationError
-            Too few nodes, settings that cannot work with them, or a key exchange that leaves
-            too few silos with keys.
+            ``num_rounds`` not an int >= 1 or ``timeout`` not > 0 (refused before any message
+            is sent), too few nodes, settings that cannot work with them, or a key exchange
+            that leaves too few silos with keys.
         """
+        if isinstance(num_rounds, bool) or not isinstance(num_rounds, int) or num_rounds < 1:
+            raise ConfigurationError(
+                f"num_rounds must be an int >= 1, got {num_rounds!r}: pass the number of rounds "
+                "to run, e.g. num_rounds=3 (nothing was sent to any silo)"
+            )
+        if not _is_real(timeout) or math.isnan(timeout) or timeout <= 0:
+            raise ConfigurationError(f"timeout must be a number of seconds > 0, got {timeout!r}")
         LOG.info("Starting %s strategy:", type(self).__name__)
         log_strategy_start_info(num_rounds, initial_arrays, train_config, evaluate_config)
         self.summary()
@@ -472,7 +568,12 @@ class CodedSecAgg(Strategy):
             config=cfg,
             layout=lay,
             run_id=cfg.seed_id,
-            machine=ServerMachine(cfg, max_erased_fraction=self.max_erased_fraction),
+            machine=ServerMachine(
+                cfg,
+                max_erased_fraction=self.max_erased_fraction,
+                drift_tolerance=self.drift_tolerance,
+                weight_coordinate=lay.weight_index,
+            ),
             node_of=dict(enumerate(nodes)),
             limit=float(timeout),
             weight_bound=self.spec.max_weight,
@@ -495,6 +596,7 @@ class CodedSecAgg(Strategy):
             poll_interval=self.poll_interval,
             progress=self.progress,
             adaptive_clip=self.adaptive_clip,
+            max_aborted_rounds=self.max_aborted_rounds,
         )
 
     # ------------------------------------------------------------------ the latest run
@@ -549,3 +651,48 @@ class CodedSecAgg(Strategy):
         """(seconds the latest run's rounds took, seconds they would have taken waiting for
         every silo); see :func:`strategies.report.waiting_estimate`."""
         return waiting_estimate(self.reports, self.late_train, round_timeout=self.round_timeout)
+
+
+def _is_real(value: object) -> bool:
+    """Whether ``value`` is an int or a float (not a bool)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _check_real(name: str, value: object, *, least: float, strict: bool) -> None:
+    """Refuse ``value`` unless it is a finite number above ``least`` (or equal, if not strict)."""
+    if not (
+        _is_real(value)
+        and math.isfinite(value)  # type: ignore[arg-type]
+        and (value > least if strict else value >= least)  # type: ignore[operator]
+    ):
+        sign = ">" if strict else ">="
+        raise ConfigurationError(f"{name} must be a finite number {sign} {least:g}, got {value!r}")
+
+
+def _check_counts(**counts: int | None) -> None:
+    """Refuse a count of the constructor that is not an int in range (``None`` where allowed).
+
+    ``num_stragglers``, ``privacy_threshold``, ``extra_replies`` and ``headroom_bits`` are ints
+    >= 0; ``num_silos`` and ``recovery_threshold`` are None or ints >= 1; T < U and
+    ``extra_replies`` <= s, as :class:`~coded_fl.secagg.ProtocolConfig` needs at any n.
+    """
+    for name, value in counts.items():
+        optional = name in ("num_silos", "recovery_threshold")
+        if value is None and optional:
+            continue
+        least = 1 if optional else 0
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            extra = " or None" if optional else ""
+            raise ConfigurationError(f"{name} must be an int >= {least}{extra}, got {value!r}")
+    s, t, u = counts["num_stragglers"], counts["privacy_threshold"], counts["recovery_threshold"]
+    if u is not None and t is not None and u <= t:
+        raise ConfigurationError(
+            f"recovery_threshold={u} must exceed privacy_threshold={t} (T < U <= n - s): raise "
+            f"recovery_threshold to at least {t + 1}, or leave it unset (n - s)"
+        )
+    e = counts["extra_replies"]
+    if e is not None and s is not None and e > s:
+        raise ConfigurationError(
+            f"extra_replies={e} must be in 0..num_stragglers={s}: lower extra_replies to at "
+            f"most {s}"
+        )

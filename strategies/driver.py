@@ -34,7 +34,7 @@ from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricReco
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Result
 
-from coded_fl.errors import ConfigurationError, DecodingError
+from coded_fl.errors import ConfigurationError, DecodingError, RunAbortedError
 from coded_fl.layout import flatten
 from coded_fl.secagg import RoundAborted, RoundResult
 from coded_fl.secagg.messages import RecoveryReply, Upload
@@ -130,6 +130,7 @@ class RoundDriver:
                 else train_config
             )
             report, roster_grid = self.fit_round(r, arrays, config)
+            self._stop_after_aborted_rounds(report)
             if report.ok and report.arrays is not None:
                 arrays = report.arrays
                 result.arrays = arrays
@@ -302,7 +303,8 @@ class RoundDriver:
                 settings.extra_replies == 0 or time.monotonic() >= extra_until[0]
             )
 
-        ex.collect(ids, on_upload, deadline=deadline)  # returns at the close or the deadline
+        # returns at the close, at the end of the extra wait, or at the deadline
+        ex.collect(ids, on_upload, deadline=lambda: min([deadline, *extra_until]))
         report.close_seconds = time.monotonic() - t0
         out = machine.close_collection()
         if isinstance(out, RoundAborted):
@@ -317,12 +319,21 @@ class RoundDriver:
         report.round_trips = 2
         machine.sum_uploads()  # the bulk of the decode, while the recovery requests travel
 
+        recovery_deadline = st.deadline(settings.recovery_timeout)
+        check_until: list[float] = []  # replies beyond U are checked: wait a little for them
+
         def on_recovery(node: int, reply: Message) -> bool:
             feed(st, st.silo_of[node], reply, RecoveryReply, report.errors, report.accused)
-            return machine.recovery_ready or machine.recovery_stuck
+            if machine.recovery_complete or machine.recovery_stuck:
+                return True
+            if machine.recovery_ready and not check_until:
+                check_until.append(time.monotonic() + settings.extra_wait)
+            return bool(check_until) and time.monotonic() >= check_until[0]
 
-        recovery_deadline = st.deadline(settings.recovery_timeout)
-        ex.collect(rids, on_recovery, deadline=recovery_deadline)
+        def recovery_close() -> float:
+            return min([recovery_deadline, *check_until])
+
+        ex.collect(rids, on_recovery, deadline=recovery_close)
         while not machine.recovery_ready:
             # silos accused by max(T + 1, 2) survivors: ask the others again without them
             again = machine.retry_recovery()
@@ -341,7 +352,8 @@ class RoundDriver:
             )
             report.round_trips += 1
             machine.sum_uploads()  # over the new survivor set
-            ex.collect(rids, on_recovery, deadline=recovery_deadline)
+            check_until.clear()
+            ex.collect(rids, on_recovery, deadline=recovery_close)
         res = machine.finish()
         if isinstance(res, RoundAborted):
             return self._aborted(report, res, t0)
@@ -440,6 +452,26 @@ class RoundDriver:
             f"round {report.round} cannot complete: {len(st.misconfigured)} of {st.config.n} "
             f"silos refused it because of a setting (a round can spare {spare}); silo {silo}: "
             f"{detail}"
+        )
+
+    def _stop_after_aborted_rounds(self, report: RoundReport) -> None:
+        """Stop the run once ``max_aborted_rounds`` rounds in a row aborted: a run whose rounds
+        cannot complete fails early and visibly (the ServerApp raises, Flower records the run
+        as failed, the scripts exit non-zero) instead of reporting N aborted rounds as done.
+        The model stays the one of the last completed round."""
+        limit = self.settings.max_aborted_rounds
+        reports = [*self.state.reports, report]
+        last = reports[-limit:] if limit else []
+        if not limit or len(last) < limit or any(r.ok for r in last):
+            return
+        self.state.reports.append(report)
+        self.settings.progress(report)
+        good = [r.round for r in reports if r.ok]
+        raise RunAbortedError(
+            f"rounds {last[0].round}-{last[-1].round} aborted in a row "
+            f"(max_aborted_rounds={limit}); the model is the one of "
+            + (f"round {good[-1]}" if good else "the start (no round completed)")
+            + f". Last reason: {report.reason}"
         )
 
     @staticmethod

@@ -86,9 +86,11 @@ class Exchange:
         ids: Iterable[str],
         on_reply: Callable[[int, Message], bool],
         *,
-        deadline: float,
+        deadline: float | Callable[[], float],
     ) -> bool:
-        """Pull replies for ``ids`` until ``on_reply`` returns True (done) or the deadline.
+        """Pull replies for ``ids`` until ``on_reply`` returns True (done) or the deadline
+        (a monotonic time, or a function giving it: a stage that may close early once enough
+        replies came moves its deadline then).
 
         Returns True if ``on_reply`` said done, False if the deadline passed or every reply came
         without that. Replies still missing afterwards become "lingering": later pulls
@@ -113,7 +115,7 @@ class Exchange:
                     self._record_late(mid, reply)
             if done or not wanted:
                 break
-            if time.monotonic() >= deadline:
+            if time.monotonic() >= (deadline() if callable(deadline) else deadline):
                 break
             if pulled:  # replies come in bunches: look again soon
                 wait = min(FIRST_WAIT, self.poll_interval)

@@ -43,6 +43,9 @@ class RunSettings:
         Called with every :class:`RoundReport`.
     adaptive_clip
         Raise the round's delta scale g after a round that clipped, and rerun it.
+    max_aborted_rounds
+        Stop the run (:class:`coded_fl.errors.RunAbortedError`) after this many rounds in a row
+        aborted; 0: never.
     """
 
     strategy: Strategy
@@ -56,6 +59,7 @@ class RunSettings:
     poll_interval: float
     progress: Callable[[RoundReport], None]
     adaptive_clip: bool = True
+    max_aborted_rounds: int = 3
 
 
 @dataclass

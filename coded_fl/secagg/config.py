@@ -17,7 +17,7 @@ from coded_fl.codes import GradientCode, make_code
 from coded_fl.codes.repetition import GroupCode
 from coded_fl.errors import ConfigurationError, RemoteProtocolError
 from coded_fl.field import PrimeField
-from coded_fl.quantize import QuantizationConfig
+from coded_fl.quantize import QuantizationConfig, check_clip_range, check_positive_real
 from coded_fl.secagg.aligned import mask_graph
 from coded_fl.secagg.sharing import MaskSharing
 
@@ -42,7 +42,8 @@ class ProtocolConfig:
     vector_length
         d, elements of each silo's (flattened) update, weight coordinate included.
     clip_range, scale
-        Quantization; ``scale=None`` picks the finest power of two that cannot wrap around.
+        Quantization: finite numbers > 0 (int or float). ``scale=None`` picks the finest power
+        of two that cannot wrap around, and refuses a setting that leaves no scale >= 1.
     num_partitions
         K, data partitions (default n).
     code
@@ -51,10 +52,11 @@ class ProtocolConfig:
         Replies beyond n - s the server waits for (within the deadline) to check that replicas
         agree; 0 = use extras only when they are already there.
     headroom_bits
-        With ``scale=None``: bits left free above the largest true sum. Without extra replies
-        the range check is the only guard against replicas that disagree: an error of a
-        silo's replica lands on the aggregate multiplied by one public field element fixed by
-        the survivor set, so a given (survivor set, silo, partition) lets it through with
+        With ``scale=None``: bits left free above the largest true sum (an int >= 0, small
+        enough to leave a scale >= 1). Without extra replies the range check is the only
+        guard against replicas that disagree: an error of a silo's replica lands on the
+        aggregate multiplied by one public field element fixed by the survivor set, so a
+        given (survivor set, silo, partition) lets it through with
         probability about 2^-headroom_bits over the configuration, for every coordinate at
         once (``docs/protocol.md``, "Replicas that disagree"); extra replies check exactly.
         More headroom also makes replicas on different machines disagree less often (a
@@ -129,6 +131,14 @@ class ProtocolConfig:
             raise ConfigurationError(
                 f"extra_replies={self.extra_replies} must be in 0..num_stragglers={s}"
             )
+        if self.headroom_bits < 0:
+            raise ConfigurationError(
+                f"headroom_bits must be an int >= 0, got {self.headroom_bits}: set "
+                "headroom_bits=0 (no headroom) or more (default 8)"
+            )
+        check_clip_range(self.clip_range)
+        if self.scale is not None:
+            check_positive_real("scale", self.scale)
         k = n if self.num_partitions is None else self.num_partitions
         fld = PrimeField(self.p)
         code = make_code(n, s, kind=self.code, num_partitions=k, field=fld)  # type: ignore[arg-type]

@@ -2,18 +2,32 @@
 
 The server chooses the configuration; a silo that took any configuration could be stripped of
 its privacy by a server setting (with T = 0 and U = 1 every mask share equals the mask itself,
-so one colluding silo learns every mask). A :class:`ClientPolicy` pins the silo's minimums and,
-optionally, its silo index; the client machine refuses a key request below them before it
-changes any state, with an error that names the setting on both sides.
+so one colluding silo learns every mask; with a quantization scale below 1 every entry of an
+update quantizes to 0 or :math:`\\pm 1`, a sign pattern that aligned masks cancel in a group's
+sum). A :class:`ClientPolicy` pins the silo's minimums and, optionally, its silo index; the
+client machine refuses a key request below them before it changes any state, with an error
+that names the setting on both sides.
+
+By default a silo refuses T < 1 (``min_privacy_threshold=1``) and a quantization scale below
+:data:`MIN_SCALE` = 2^8 (``min_scale``; the default scale of a run is far above it: 2^18 at
+n = 10 with the default clip range and headroom). U - T < 1 cannot be configured at all.
 
 A policy comes from the mod's arguments (:func:`clients.make_coded_secagg_mod`) and from the
 node config (``--node-config``); the node config can only raise a minimum:
 
-``codedfl.min-privacy-threshold``  T at least this
+``codedfl.min-privacy-threshold``  T at least this (default 1)
 ``codedfl.min-mask-pieces``        U - T at least this (the mask is U - T pieces)
 ``codedfl.min-silos``              n at least this
 ``codedfl.min-modulus-bits``       p at least 2^(bits - 1)
+``codedfl.min-scale``              the quantization scale at least this (default 2^8)
 ``codedfl.expected-silo``          this node's silo index (refuse any other)
+
+except through one explicit opt-out, for a silo that accepts to take part without privacy
+(a test bed, a trusted federation):
+
+``codedfl.allow-no-privacy``       ``true``: the privacy minimums (T and the scale) drop to 0,
+                                   whatever the mod's policy says; the node config's own
+                                   ``codedfl.min-*`` keys then still apply. Default ``false``.
 
 and its maxima, resource limits checked on the raw configuration *before* anything
 proportional to n, K or d is built (the gradient code alone costs seconds and hundreds of MiB
@@ -26,23 +40,42 @@ at n = 1000); the node config sets them (raise one to take part in a larger run)
 >>> p = ClientPolicy(min_privacy_threshold=2).tightened({"codedfl.min-privacy-threshold": 3})
 >>> p.min_privacy_threshold, p.min_silos, p.max_silos, p.silo
 (3, 1, 256, None)
+>>> ClientPolicy().tightened({"codedfl.min-privacy-threshold": 0}).min_privacy_threshold
+1
+>>> q = ClientPolicy().tightened({"codedfl.allow-no-privacy": True})
+>>> q.min_privacy_threshold, q.min_scale
+(0, 0.0)
 """
 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from typing import Any
 
 from coded_fl.errors import ConfigurationError, ExceedsLimitsError, RemoteProtocolError
 from coded_fl.secagg.config import ProtocolConfig
 from coded_fl.secagg.messages import SERVER
 from coded_fl.vocabulary import PREFIX
 
-__all__ = ["EXPECTED_SILO_KEY", "ClientPolicy"]
+__all__ = ["ALLOW_NO_PRIVACY_KEY", "EXPECTED_SILO_KEY", "MIN_SCALE", "ClientPolicy"]
 
 #: Node-config key that pins this node's secure-aggregation silo index.
 EXPECTED_SILO_KEY = PREFIX + "expected-silo"
+
+#: Node-config key of the explicit opt-out: ``true`` lowers the privacy minimums to 0.
+ALLOW_NO_PRIVACY_KEY = PREFIX + "allow-no-privacy"
+
+#: The default smallest quantization scale a silo accepts (a step of at most 2^-8 of a unit).
+MIN_SCALE = 2.0**8
+
+#: Node-config key of the smallest quantization scale accepted.
+_MIN_SCALE_KEY = PREFIX + "min-scale"
+
+#: The minimums that :data:`ALLOW_NO_PRIVACY_KEY` lowers (to 0).
+_PRIVACY_MINIMUMS = ("min_privacy_threshold", "min_scale")
 
 _KEYS = {
     "min_privacy_threshold": PREFIX + "min-privacy-threshold",
@@ -77,6 +110,9 @@ class ClientPolicy:
         Refuse n below this.
     min_modulus_bits
         Refuse a modulus p below 2^(bits - 1).
+    min_scale
+        Refuse a quantization scale below this (a finite number >= 0; default
+        :data:`MIN_SCALE` = 2^8; 0 accepts any).
     silo
         This node's silo index, if pinned: refuse a key request that assigns another.
     max_silos, max_partitions, max_vector_length
@@ -86,13 +122,20 @@ class ClientPolicy:
     Raises
     ------
     ConfigurationError
-        If a minimum is not a non-negative int.
+        If a minimum is not a non-negative int (``min_scale``: a finite number >= 0).
+
+    Notes
+    -----
+    The defaults refuse T = 0 and a scale below 2^8. A silo that must accept them (a test, a
+    federation that wants no privacy) says so explicitly: ``ClientPolicy(min_privacy_threshold=0,
+    min_scale=0)`` in code, or node config ``codedfl.allow-no-privacy = true``.
     """
 
-    min_privacy_threshold: int = 0
+    min_privacy_threshold: int = 1
     min_mask_pieces: int = 1
     min_silos: int = 1
     min_modulus_bits: int = 2
+    min_scale: float = MIN_SCALE
     silo: int | None = None
     max_silos: int = 256
     max_partitions: int = 1024
@@ -103,6 +146,12 @@ class ClientPolicy:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise ConfigurationError(f"{name} must be an int >= 0, got {value!r}")
+        m = self.min_scale
+        if isinstance(m, bool) or not isinstance(m, (int, float)) or not math.isfinite(m) or m < 0:
+            raise ConfigurationError(
+                f"min_scale must be a finite number >= 0 (0 accepts any scale), got {m!r}"
+            )
+        object.__setattr__(self, "min_scale", float(m))
         if self.silo is not None and (
             isinstance(self.silo, bool) or not isinstance(self.silo, int) or self.silo < 0
         ):
@@ -115,7 +164,9 @@ class ClientPolicy:
         ----------
         node_config
             The node's config (``codedfl.min-*`` keys, which can only raise a minimum;
-            ``codedfl.max-*`` keys, which replace a maximum; ``codedfl.expected-silo``).
+            ``codedfl.max-*`` keys, which replace a maximum; ``codedfl.expected-silo``;
+            ``codedfl.allow-no-privacy = true``, the one way to lower a minimum: T's and the
+            scale's drop to 0 before the ``codedfl.min-*`` keys apply).
 
         Returns
         -------
@@ -124,14 +175,24 @@ class ClientPolicy:
         Raises
         ------
         ConfigurationError
-            If a key holds something else than a non-negative int, or the node's silo
-            contradicts the policy's.
+            If a key holds something else than a non-negative int (``codedfl.min-scale``: a
+            finite number >= 0; ``codedfl.allow-no-privacy``: true or false), or the node's
+            silo contradicts the policy's.
         """
-        changes: dict[str, int] = {}
+        changes: dict[str, Any] = {}
+        current = self
+        if ALLOW_NO_PRIVACY_KEY in node_config and _flag(
+            node_config[ALLOW_NO_PRIVACY_KEY], ALLOW_NO_PRIVACY_KEY
+        ):
+            current = replace(self, min_privacy_threshold=0, min_scale=0.0)
+            changes.update(min_privacy_threshold=0, min_scale=0.0)
         for name, key in _KEYS.items():
             if key in node_config:
                 value = _int(node_config[key], key)
-                changes[name] = max(value, getattr(self, name))
+                changes[name] = max(value, getattr(current, name))
+        if _MIN_SCALE_KEY in node_config:
+            least = _number(node_config[_MIN_SCALE_KEY], _MIN_SCALE_KEY)
+            changes["min_scale"] = max(least, current.min_scale)
         for name, key in _MAX_KEYS.items():  # resource limits: the node config sets them
             if key in node_config:
                 changes[name] = _int(node_config[key], key)
@@ -200,12 +261,29 @@ class ClientPolicy:
         ]
         for got, least, what, name in below:
             if got < least:
+                lower = (
+                    f"set node config {ALLOW_NO_PRIVACY_KEY} = true on this silo to accept it"
+                    if name in _PRIVACY_MINIMUMS
+                    else "lower the silo's minimum"
+                )
                 raise RemoteProtocolError(
                     f"the server's configuration has {what} = {got}, below this silo's minimum "
                     f"{name}={least} (node config {_KEYS[name]}): raise it in "
-                    "coded_fl_flower.CodedSecAgg, or lower the silo's minimum",
+                    f"coded_fl_flower.CodedSecAgg, or {lower}",
                     sender=SERVER,
                 )
+        scale = cfg.quantization.scale
+        if scale < self.min_scale:
+            how = "lower clip_range or headroom_bits" if cfg.scale is None else "raise scale"
+            raise RemoteProtocolError(
+                f"the server's configuration has quantization scale = {scale:g} (clip_range="
+                f"{cfg.clip_range}, scale={cfg.scale}, headroom_bits={cfg.headroom_bits}), below "
+                f"this silo's minimum min_scale={self.min_scale:g} (node config "
+                f"{_MIN_SCALE_KEY}): so coarse a step leaks an update's sign pattern; {how} "
+                f"in coded_fl_flower.CodedSecAgg, or set node config {ALLOW_NO_PRIVACY_KEY} = "
+                "true on this silo to accept it",
+                sender=SERVER,
+            )
         if cfg.p.bit_length() < self.min_modulus_bits:
             raise RemoteProtocolError(
                 f"the server's modulus p={cfg.p} has {cfg.p.bit_length()} bits, below this "
@@ -218,6 +296,31 @@ class ClientPolicy:
                 f"({EXPECTED_SILO_KEY})",
                 sender=SERVER,
             )
+
+
+def _flag(raw: object, key: str) -> bool:
+    """A node-config boolean: a bool, or ``true``/``false`` (any case), ``1``/``0``."""
+    if isinstance(raw, bool):
+        return raw
+    text = str(raw).strip().lower()
+    if text in ("true", "1"):
+        return True
+    if text in ("false", "0"):
+        return False
+    raise ConfigurationError(f"node config {key}={raw!r}: expected true or false")
+
+
+def _number(raw: object, key: str) -> float:
+    """A node-config number >= 0 (an int, a float or their text; not a bool)."""
+    try:
+        if isinstance(raw, bool):
+            raise ValueError
+        value = float(str(raw))
+    except ValueError:
+        raise ConfigurationError(f"node config {key}={raw!r}: expected a number") from None
+    if not math.isfinite(value) or value < 0:
+        raise ConfigurationError(f"node config {key}={raw!r}: expected a finite number >= 0")
+    return value
 
 
 def _int(raw: object, key: str) -> int:

@@ -117,7 +117,9 @@ class RoundResult:
     located: dict[int, int] = field(default_factory=dict)  # silo -> coordinates it was off
     excluded: tuple[int, ...] = ()  # uploaded, then dropped from S: convicted by accusations
     within_tolerance: int = 0  # disagreeing coordinates where replicas drift within tolerance
-    offenders: tuple[int, ...] = ()  # off beyond the tolerance, overruled by their group
+    # located as deviating: off beyond the tolerance where their group agreed, or a recovery
+    # reply inconsistent with the others; left out of the session's later rounds
+    offenders: tuple[int, ...] = ()
     unresolved: dict[int, int] = field(default_factory=dict)  # silo -> erased where it was off
 
 
@@ -169,8 +171,12 @@ class ServerMachine:
         its group's majority (or the coordinate erased without one), named in
         :attr:`RoundResult.offenders` and left out of every later round of the session.
         0 asks for bit-identical replicas.
-    exact_coordinates
-        Coordinates where honest replicas are always identical (the weight): tolerance 0.
+    weight_coordinate
+        The coordinate that carries each partition's weight :math:`\\rho_k c`
+        (:attr:`coded_fl.layout.UpdateLayout.weight_index`), if any: voted with tolerance 0
+        (the same integer in every honest replica), and its decoded sum scales the tolerance by
+        the mean :math:`\\rho`, as the packed updates :math:`\\rho_k (\\theta_k - \\theta)`
+        scale with it.
     """
 
     def __init__(
@@ -179,7 +185,7 @@ class ServerMachine:
         *,
         max_erased_fraction: float = 0.01,
         drift_tolerance: float = DRIFT_TOLERANCE,
-        exact_coordinates: Sequence[int] = (),
+        weight_coordinate: int | None = None,
     ) -> None:
         if not 0.0 <= max_erased_fraction < 1.0:
             raise ConfigurationError(
@@ -197,7 +203,12 @@ class ServerMachine:
         self.config = config
         self.max_erased_fraction = max_erased_fraction
         self.drift_tolerance = float(drift_tolerance)
-        self.exact_coordinates = tuple(int(i) for i in exact_coordinates)
+        if weight_coordinate is not None and not 0 <= weight_coordinate < config.vector_length:
+            raise ConfigurationError(
+                f"weight_coordinate={weight_coordinate} is outside the vector of "
+                f"{config.vector_length}"
+            )
+        self.weight_coordinate = weight_coordinate
         # silos located as off beyond the drift tolerance: refused for the rest of the session
         self.excluded: frozenset[int] = frozenset()
         self.stage = ServerStage.INIT
@@ -281,7 +292,17 @@ class ServerMachine:
         if msg.sender in self._pending_keys:
             raise RemoteProtocolError("duplicate key reply", sender=msg.sender)
         check_public_key(msg.public_key, sender=msg.sender)
-        self._pending_keys[msg.sender] = bytes(msg.public_key)
+        key = bytes(msg.public_key)
+        taken = {**self.roster, **self._pending_keys}
+        if any(k == key for silo, k in taken.items() if silo != msg.sender):
+            # a silo that copies another's public key could not open what is sealed to it (it
+            # lacks the private key) and would only ever be rekeyed: refused at once. Which of
+            # two claimants is honest only authenticated keys can tell; the first one keeps it.
+            raise RemoteProtocolError(
+                "public key is already another silo's: every silo must send its own",
+                sender=msg.sender,
+            )
+        self._pending_keys[msg.sender] = key
 
     @property
     def keys_received(self) -> int:
@@ -688,6 +709,15 @@ class ServerMachine:
         return rnd is not None and (rnd.aligned or len(rnd.replies) >= self.config.U)
 
     @property
+    def recovery_complete(self) -> bool:
+        """True once every survivor asked has answered the recovery request (replied or
+        refused): replies beyond U are checked against each other in :meth:`finish`."""
+        rnd = self._round
+        return rnd is not None and (
+            rnd.aligned or len(rnd.replies) + len(rnd.refused) >= len(rnd.survivors)
+        )
+
+    @property
     def recovery_stuck(self) -> bool:
         """True when waiting longer cannot help the recovery request under way: too many
         survivors refused it for U replies, and either a silo is convicted (see
@@ -772,10 +802,15 @@ class ServerMachine:
         masked = rnd.masked
         if masked is None:  # pragma: no cover - sum_uploads() just set it
             raise LocalProtocolError("no sum of the uploads")
+        wrong: tuple[int, ...] = ()
         if rnd.aligned:  # the group masks cancel in every row
             sums = masked
         else:
-            masks = cfg.sharing.decode(rnd.replies)  # (R, d): sum_i w_i z_i per row
+            try:  # more than U replies are checked against each other (a codeword)
+                replies, wrong = cfg.sharing.verified(rnd.replies)
+            except DecodingError as exc:
+                return self._abort(f"{exc}; the aggregate was not formed", suspects=exc.suspects)
+            masks = cfg.sharing.decode(replies)  # (R, d): sum_i w_i z_i per row
             sums = F.sub(masked, masks)  # row 0: sum_k q(g_k); rows 1..: parity checks
         e = sums.shape[0] - 1
         res, voted = self._decode(rnd, weights, sums)
@@ -852,11 +887,10 @@ class ServerMachine:
             located=located,
             excluded=rnd.excluded,
             within_tolerance=res.within_tolerance,
-            offenders=tuple(sorted(located)) if voted else (),
+            offenders=tuple(sorted({*(located if voted else ()), *wrong})),
             unresolved=unresolved,
         )
-        if voted and located:
-            self.excluded = frozenset({*self.excluded, *located})
+        self.excluded = frozenset({*self.excluded, *result.offenders})
         self._round = None
         self.stage = ServerStage.READY
         return result
@@ -874,25 +908,33 @@ class ServerMachine:
         if pairs is None or not isinstance(code, GroupCode):
             e = sums.shape[0] - 1
             return resolve(cfg.field, weights, sums, bound=bound, radius=e // 2), False
-        step = math.ceil(self.drift_tolerance * quant.max_abs)
-        tolerance: list[int] = []
-        seen: set[int] = set()
+        groups: list[int] = []
         for ref, _ in pairs:
-            if ref not in seen:
-                seen.add(ref)
-                group = code.group_of(rnd.survivors[ref])
-                tolerance.append(step * code.partitions_of_group(group))
-        return (
-            vote(
-                cfg.field,
-                sums,
-                pairs,
-                tolerance=tolerance,
-                bound=bound,
-                exact=self.exact_coordinates,
-            ),
-            True,
+            group = code.group_of(rnd.survivors[ref])
+            if group not in groups:
+                groups.append(group)
+        exact = [0] * len(groups)
+        step = self.drift_tolerance * quant.max_abs
+        wc = self.weight_coordinate
+        if wc is not None:  # the mean weight rho: the packed updates scale with it
+            weight = vote(cfg.field, sums[:, wc : wc + 1], pairs, tolerance=exact, bound=bound)
+            total = int(cfg.field.to_signed(weight.value)[0])
+            step *= min(1.0, max(0.0, total / quant.max_abs / code.K))
+        # at least one quantization step per partition: replicas whose floats differ in the
+        # last bits may round to neighbouring steps
+        tolerance = [
+            max(1, math.ceil(step)) * code.partitions_of_group(q) if self.drift_tolerance else 0
+            for q in groups
+        ]
+        res = vote(
+            cfg.field,
+            sums,
+            pairs,
+            tolerance=tolerance,
+            bound=bound,
+            exact=() if wc is None else (wc,),
         )
+        return res, True
 
     def abort(self, reason: str) -> RoundAborted:
         """Give up the current round (e.g. the driver's deadline passed)."""

@@ -39,9 +39,10 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import torch
 
+from coded_fl.codes.consistency import locate
 from coded_fl.errors import ConfigurationError, DecodingError, InputError
 from coded_fl.field import PrimeField
-from coded_fl.linalg import lagrange_basis
+from coded_fl.linalg import lagrange_basis, left_null_space
 
 __all__ = ["MaskSharing", "sharing_points"]
 
@@ -219,6 +220,57 @@ class MaskSharing:
         return lagrange_basis(
             self.alphas[list(holders)], self.betas[: self.U - self.T], self.field.p
         )
+
+    def verified(
+        self, replies: Mapping[int, torch.Tensor]
+    ) -> tuple[dict[int, torch.Tensor], tuple[int, ...]]:
+        """The replies that are consistent with one mask sum, and the silos whose are not.
+
+        The replies of the silos R are :math:`W_R P` for the aggregate pieces P (every weight
+        row alike): a Reed-Solomon codeword of length |R| and dimension U. With |R| > U the
+        left null space of :math:`W_R` gives |R| - U parity checks
+        (:func:`coded_fl.codes.consistency.check_replies`): one detects a wrong reply, two
+        locate it (:func:`coded_fl.codes.consistency.locate`). A located silo's reply is left out
+        and the rest checked again.
+
+        Parameters
+        ----------
+        replies
+            Silo -> its (R, m) weighted share sums.
+
+        Returns
+        -------
+        tuple[dict[int, torch.Tensor], tuple[int, ...]]
+            The consistent replies (at least U of them), and the silos located as wrong.
+
+        Raises
+        ------
+        DecodingError
+            If the replies are inconsistent and the wrong ones cannot be located, or too few
+            consistent ones remain (``suspects`` names what could be located).
+        """
+        good = dict(replies)
+        located: list[int] = []
+        while len(good) > self.U:
+            ids = tuple(sorted(good))
+            checks = left_null_space(self.encoding_matrix[list(ids)], self.field.p)
+            vectors = [good[j].reshape(-1) for j in ids]
+            syndromes = self.field.matmul(checks, vectors)
+            found = locate(self.field, checks, syndromes.reshape(checks.shape[0], -1))
+            if found.sets == ((),):  # every check passed
+                break
+            if len(found.sets) != 1 or len(good) - len(found.sets[0]) < self.U:
+                raise DecodingError(
+                    f"recovery replies are inconsistent ({checks.shape[0]} check(s) fail) and "
+                    "the wrong ones cannot be told apart"
+                    + (f" ({found.why})" if found.why else "")
+                    + "; more recovery replies (recovery_threshold below n - s) would locate them",
+                    suspects=tuple(sorted(located)),
+                )
+            for k in found.sets[0]:
+                located.append(ids[k])
+                del good[ids[k]]
+        return good, tuple(sorted(located))
 
     def decode(self, replies: Mapping[int, torch.Tensor]) -> torch.Tensor:
         """From silo -> (R, m) weighted share sums of at least U silos, the R weighted mask sums.

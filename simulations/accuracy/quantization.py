@@ -21,6 +21,7 @@ import torch
 
 from coded_fl.quantize import QuantizationConfig
 from coded_fl.secagg import ProtocolConfig, RoundResult
+from coded_fl.secagg.policy import ClientPolicy
 from simulations.runtime.secagg_harness import Harness, Silo, gaussian_partials
 from simulations.stragglers.costs import privacy_for
 
@@ -50,6 +51,8 @@ def quantization_sweep(
         )
         K = cfg.gradient_code.K
         h = Harness(cfg, partials=partials, seed=seed)
+        for c in h.clients.values():  # the sweep goes below the scale floor silos keep by default
+            c.policy = ClientPolicy(min_scale=0)
         h.setup()
         out = h.run_round(1, behaviour={i: Silo(drop="train") for i in range(n - s, n)})
         if not isinstance(out.result, RoundResult):

@@ -28,7 +28,14 @@ import torch
 from coded_fl.errors import RemoteProtocolError
 from coded_fl.secagg.client import ClientMachine, refusal_for
 from coded_fl.secagg.config import ProtocolConfig
-from coded_fl.secagg.messages import Message, RecoveryRequest, Upload, decode, encode
+from coded_fl.secagg.messages import (
+    Message,
+    RecoveryReply,
+    RecoveryRequest,
+    Upload,
+    decode,
+    encode,
+)
 from coded_fl.secagg.server import RoundAborted, RoundResult, ServerMachine
 
 M = TypeVar("M", bound=Message)
@@ -47,13 +54,15 @@ class Silo:
     ``"train"`` (gets the TrainRequest, never uploads), ``"recovery"`` (uploads, then never
     answers the RecoveryRequest). ``delay`` is the virtual time its upload takes to arrive.
     ``tamper`` may rewrite its partial updates before encoding (a replica that disagrees);
-    ``forge`` may rewrite its whole upload (e.g. garble the sealed shares it sends).
+    ``forge`` may rewrite its whole upload (e.g. garble the sealed shares it sends), and
+    ``forge_recovery`` its recovery reply (a deviating silo's crafted share sums).
     """
 
     drop: str | None = None
     delay: float = 0.0
     tamper: Callable[[int, torch.Tensor], torch.Tensor] | None = None
     forge: Callable[[Upload], Upload] | None = None
+    forge_recovery: Callable[[RecoveryReply], RecoveryReply] | None = None
 
 
 @dataclass
@@ -279,6 +288,9 @@ class Harness:
                 if refusal is None:
                     raise
                 reply = refusal
+            forge = behaviour.get(req.recipient, Silo()).forge_recovery
+            if forge is not None and isinstance(reply, RecoveryReply):
+                reply = forge(reply)
             self._to_server(reply, refused)
 
     def expected_total(self, number: int) -> torch.Tensor:

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from coded_fl.errors import DecodingError
 from coded_fl.secagg import ProtocolConfig, RoundAborted, RoundResult
+from coded_fl.secagg.policy import ClientPolicy
 from simulations.runtime.secagg_harness import Harness, Silo
 
 
@@ -45,6 +46,9 @@ def test_exact_sum_or_a_clear_abort(case):
         run_id=f"prop-{seed}",
     )
     h = Harness(cfg, seed=seed)
+    if t == 0:  # T = 0 is a valid protocol setting; silos accept it only when told to
+        for c in h.clients.values():
+            c.policy = ClientPolicy(min_privacy_threshold=0)
     keyed = [i for i in range(n) if silos[i].drop != "keys"]
     if len(keyed) < cfg.min_uploads:
         with pytest.raises(DecodingError, match="have keys"):

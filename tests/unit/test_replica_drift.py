@@ -10,6 +10,8 @@ reply arriving together), and with the attacks of the issue re-enacted.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -20,7 +22,7 @@ from coded_fl.codes.vote import vote
 from coded_fl.errors import InputError
 from coded_fl.field import PrimeField
 from coded_fl.quantize import RoundingKey, stochastic_round
-from coded_fl.secagg import ProtocolConfig, RoundResult
+from coded_fl.secagg import ProtocolConfig, RoundAborted, RoundResult
 from simulations.runtime.secagg_harness import Harness, Silo
 
 
@@ -308,3 +310,74 @@ def test_within_the_tolerance_a_pair_moves_a_coordinate_by_half_the_difference_a
     held = len(cfg.gradient_code.support(4))  # each partition it holds moved by 0.05
     assert off[9] <= held * 0.05 / 2 * step + 1 and int(off.sum()) == int(off[9])
     assert res.within_tolerance == res.disagreeing == 1 and res.offenders == ()
+
+
+# ------------------------------------------------------------------ recovery replies (shares)
+def _crafted(silo_rows: int = 0, element: int = 3):
+    """Issue 27, attack 2: a silo adds a computed amount to one element of its recovery reply."""
+
+    def forge(reply):  # type: ignore[no-untyped-def]
+        rows = reply.rows.clone()
+        rows[silo_rows, element] = (int(rows[silo_rows, element]) + 12345) % (2**31 - 1)
+        return dataclasses.replace(reply, rows=rows)
+
+    return forge
+
+
+@pytest.mark.parametrize("bad", [0, 2, 7])
+def test_a_crafted_recovery_reply_is_located_left_out_and_the_sum_stays_exact(bad):
+    # shared masks, every survivor answers: 8 replies for U = 5, three checks locate one wrong
+    cfg = ProtocolConfig(
+        num_silos=8,
+        num_stragglers=3,
+        privacy_threshold=1,
+        vector_length=300,
+        masking="shares",
+        code="repetition",
+        extra_replies=3,
+    )
+    h = Harness(cfg, seed=4)
+    h.setup()
+    res = h.run_round(1, {bad: Silo(forge_recovery=_crafted())}).result
+    assert isinstance(res, RoundResult), res.reason
+    assert torch.equal(cfg.field.to_signed(res.aggregate), h.expected_total(1))
+    assert bad in res.offenders and res.erased.numel() == 0
+    nxt = h.run_round(2)  # left out from now on
+    assert isinstance(nxt.result, RoundResult) and bad not in nxt.result.survivors
+
+
+def test_a_crafted_recovery_reply_with_one_check_aborts_and_never_applies_a_wrong_sum():
+    cfg = ProtocolConfig(
+        num_silos=6,
+        num_stragglers=1,
+        privacy_threshold=1,
+        vector_length=300,
+        masking="shares",
+        code="repetition",
+        extra_replies=1,
+    )  # U = n - s = 5, all 6 answer: one check detects, cannot locate
+    h = Harness(cfg, seed=4)
+    h.setup()
+    res = h.run_round(1, {3: Silo(forge_recovery=_crafted())}).result
+    assert isinstance(res, RoundAborted)
+    assert "recovery replies are inconsistent" in res.reason
+
+
+def test_a_copied_public_key_is_refused_and_changes_nothing():
+    # issue 27, item 7: the server accepted a copy of another silo's public key
+    from coded_fl.errors import RemoteProtocolError
+    from coded_fl.secagg.messages import KeyReply
+
+    cfg = _config("shares")
+    h = Harness(cfg, seed=1)
+    server = h.server
+    replies = [h.clients[r.recipient].on_key_request(r) for r in server.start_key_exchange()]
+    server.receive(replies[0])
+    copy = dataclasses.replace(replies[1], public_key=replies[0].public_key)
+    assert isinstance(copy, KeyReply)
+    with pytest.raises(RemoteProtocolError, match="already another silo's") as err:
+        server.receive(copy)
+    assert err.value.sender == 1
+    for reply in replies[1:]:  # its own key is still welcome
+        server.receive(reply)
+    assert server.close_key_exchange() == ()

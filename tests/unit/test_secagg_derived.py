@@ -23,14 +23,20 @@ from coded_fl.secagg import ClientMachine, ProtocolConfig, RecoveryRequest, Roun
 from coded_fl.secagg.client import refusal_for
 from coded_fl.secagg.derive import derivation_root, derive_share_key, share_context
 from coded_fl.secagg.messages import RefusalCode, TrainRequest
+from coded_fl.secagg.policy import ClientPolicy
 from coded_fl.secagg.sharing import MaskSharing
 from simulations.runtime.secagg_harness import Harness, Silo
 
 CFG = ProtocolConfig(num_silos=5, num_stragglers=1, privacy_threshold=1, vector_length=12)
 
 
-def keyed(cfg: ProtocolConfig = CFG, seed: int = 3) -> tuple[Harness, list[TrainRequest]]:
+def keyed(
+    cfg: ProtocolConfig = CFG, seed: int = 3, *, policy: ClientPolicy | None = None
+) -> tuple[Harness, list[TrainRequest]]:
     h = Harness(cfg, seed=seed)
+    if policy is not None:  # e.g. a tiny field's scale, below the default floor
+        for c in h.clients.values():
+            c.policy = policy
     h.setup()
     return h, h.server.start_round(1)
 
@@ -190,7 +196,7 @@ def test_derived_shares_are_exactly_rejection_sampled() -> None:
         headroom_bits=0,
         code="repetition",
     )
-    h, trains = keyed(cfg)
+    h, trains = keyed(cfg, policy=ClientPolicy(min_scale=0))  # scale 1 in GF(17)
     ups = uploads(h, trains)
     c = h.clients[1]
     for i in (0, 1):

@@ -17,8 +17,12 @@ import torch
 from scipy import stats
 
 from coded_fl.secagg import ProtocolConfig, RoundResult
+from coded_fl.secagg.policy import ClientPolicy
 from coded_fl.secagg.sharing import MaskSharing
 from simulations.runtime.secagg_harness import Harness, Silo
+
+#: The silos of a tiny field (scale 1, exact integers) accept a scale below the default floor.
+TINY_FIELD_POLICY = ClientPolicy(min_scale=0)
 
 
 def tiny(n: int) -> ProtocolConfig:
@@ -141,6 +145,8 @@ def test_full_protocol_view_statistics_do_not_depend_on_the_split_of_the_sum():
                 seed=seed + which * 100_000,
                 partials=lambda r, k, v=values: torch.tensor([v[k]]),
             )
+            for c in h.clients.values():  # scale 1 in GF(13): below the default floor (2^8)
+                c.policy = TINY_FIELD_POLICY
             h.setup()
             seen: list[int] = []
             orig = h.server.receive

@@ -74,7 +74,9 @@ def _client_app(tamper: dict[str, int]) -> ClientApp:
         k = int(context.node_config["partition-id"])
         w = msg.content["arrays"]["w"].numpy()
         step = float(context.node_config.get("test-step", 0.01))
-        new = (w + step * (k + 1)).astype(np.float32)
+        # a site whose replicas differ: another CPU (tiny offsets) or a deviating silo (large)
+        offset = float(context.node_config.get(f"test-offset-{context.node_config['site']}", 0))
+        new = (w + step * (k + 1) + offset).astype(np.float32)
         return Message(
             RecordDict(
                 {
@@ -192,6 +194,9 @@ def _strategy(
     max_weight: float | None = None,
     adaptive_clip: bool = True,
     masking: str = "shares",
+    s: int = 1,
+    extra_wait: float = 0.0,
+    **settings: object,
 ) -> CodedSecAgg:
     return CodedSecAgg(
         FedAvg(fraction_evaluate=0.0, min_available_nodes=n, min_train_nodes=n),
@@ -199,16 +204,17 @@ def _strategy(
         max_weight=max_weight,
         adaptive_clip=adaptive_clip,
         masking=masking,
-        num_stragglers=1,
+        num_stragglers=s,
         privacy_threshold=1,
         extra_replies=extra,
-        extra_wait=0.0,
+        extra_wait=extra_wait,
         round_timeout=5.0,
         recovery_timeout=5.0,
         key_timeout=5.0,
         node_wait_timeout=5.0,
         poll_interval=0.001,
         progress=lambda r: None,
+        **settings,  # type: ignore[arg-type]
     )
 
 
