@@ -48,7 +48,8 @@ import torch
 
 from coded_fl.codes.base import GradientCode, check_count
 from coded_fl.errors import ConfigurationError, DecodingError, InputError
-from coded_fl.field import PrimeField
+from coded_fl.field import PrimeField, as_numpy_u32, typed_list
+from coded_fl.kernels import cpu as _cpu
 
 __all__ = [
     "FractionalRepetitionCode",
@@ -305,6 +306,60 @@ class GroupCode(GradientCode):
             rank[q] += 1
             keyed.append((rank[q], q, ref[q], k))
         return tuple((r, k) for _, _, r, k in sorted(keyed))
+
+    def differences(
+        self,
+        survivors: Sequence[int],
+        pairs: Sequence[tuple[int, int]],
+        replies: Sequence[torch.Tensor],
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The comparisons of ``pairs`` where they are nonzero, without forming them.
+
+        Member j's reply is :math:`r_j (G^{(j)} + \\zeta)`: it agrees with the reference's
+        exactly where :math:`y_j = (r_j / r_{ref}) y_{ref}`, which one fused pass over the
+        replies checks (:func:`coded_fl.kernels.cpu.disagreements`); only the coordinates that
+        differ are then compared, :math:`r_{ref}^{-1} y_{ref} - r_j^{-1} y_j`. Under aligned
+        masks the group mask :math:`\\zeta` cancels in it.
+
+        Parameters
+        ----------
+        survivors
+            S (positions refer to it).
+        pairs
+            (reference position, member position) pairs, as from :meth:`comparisons`.
+        replies
+            The survivors' replies, aligned with S (canonical ``uint32``, one shape).
+
+        Returns
+        -------
+        tuple[numpy.ndarray, numpy.ndarray]
+            ``len(pairs) x b`` ``int64`` field elements (the comparisons at those coordinates)
+            and the b coordinates where some comparison is nonzero (increasing).
+        """
+        ids = self._distinct(survivors)
+        p, r = self.field.p, self._row_scale
+        inv = [pow(int(r[i]), -1, p) for i in ids]
+        flat = [v.reshape(-1) for v in replies]
+        if not pairs:
+            return np.zeros((0, 0), dtype=np.int64), np.empty(0, dtype=np.int64)
+        if flat[0].device.type == "cpu":
+            refs = np.array([a for a, _ in pairs], dtype=np.int64)
+            members = np.array([b for _, b in pairs], dtype=np.int64)
+            coeffs = np.array([int(r[ids[b]]) * inv[a] % p for a, b in pairs], dtype=np.int64)
+            mask = np.empty(flat[0].numel(), dtype=np.uint8)
+            vs = typed_list([as_numpy_u32(v) for v in flat])
+            marked = _cpu.disagreements(vs, refs, members, coeffs, mask, p)
+            cols = np.flatnonzero(mask) if marked else np.empty(0, dtype=np.int64)
+        else:  # other devices: form the comparisons, keep where they are nonzero
+            rows = [self.field.lincomb([inv[a], p - inv[b]], [flat[a], flat[b]]) for a, b in pairs]
+            cols = torch.nonzero(torch.stack(rows).ne(0).any(0)).flatten().cpu().numpy()
+        at = torch.from_numpy(cols)
+        diffs = np.empty((len(pairs), cols.size), dtype=np.int64)
+        for k, (a, b) in enumerate(pairs):  # < 2^31 each: the products fit in int64
+            ya = flat[a][at.to(flat[a].device)].cpu().numpy().astype(np.int64)
+            yb = flat[b][at.to(flat[b].device)].cpu().numpy().astype(np.int64)
+            diffs[k] = (ya * inv[a] - yb * inv[b]) % p
+        return diffs, cols
 
     def comparison_rows(
         self, survivors: Sequence[int], pairs: Sequence[tuple[int, int]]

@@ -35,7 +35,7 @@ anyway (the members share a mask).
 >>> F = PrimeField(101)
 >>> sums = torch.tensor([[10, 20, 30], [0, 100, 0], [0, 2, 99]], dtype=torch.uint32)
 >>> # group 0: reference (position 0) and members 1, 2 (rows 1, 2 are G_ref - G_j)
->>> out = vote(F, sums, [(0, 1), (0, 2)], tolerance=[1], bound=50)
+>>> out = vote_rows(F, sums, [(0, 1), (0, 2)], tolerance=[1], bound=50)
 >>> out.value.tolist(), out.disagreeing, out.corrected, out.located  # member 2 is off twice
 ([10, 20, 30], 2, 2, {2: 2})
 """
@@ -51,7 +51,7 @@ from coded_fl.codes.resolve import Resolution, finish
 from coded_fl.errors import InputError
 from coded_fl.field import PrimeField
 
-__all__ = ["vote"]
+__all__ = ["vote", "vote_rows"]
 
 #: Coordinates voted on at once (bounds the temporary arrays: members x chunk int64).
 _CHUNK = 1 << 18
@@ -81,25 +81,31 @@ def _median(rel: np.ndarray) -> np.ndarray:
 
 def vote(
     field: PrimeField,
-    sums: torch.Tensor,
+    total: torch.Tensor,
+    diffs: np.ndarray,
+    cols: np.ndarray,
     pairs: Sequence[tuple[int, int]],
     *,
     tolerance: Sequence[int],
     bound: int,
     exact: Sequence[int] = (),
 ) -> Resolution:
-    """Decode ``sums`` by a vote of each group's members, coordinate by coordinate.
+    """Decode by a vote of each group's members, coordinate by coordinate.
 
     Parameters
     ----------
     field
         GF(p).
-    sums
-        ``(1 + c) x D`` field elements: row 0 the sum of the groups' reference replies
-        (decoded: :math:`\\sum_q G^{(ref_q)}`), row k the unmasked comparison ``pairs[k - 1]``,
-        :math:`G^{(ref)} - G^{(j)}`.
+    total
+        ``D`` field elements: the sum of the groups' reference replies (decoded:
+        :math:`\\sum_q G^{(ref_q)}`).
+    diffs
+        ``c x b`` field elements (``int64``): comparison k at the coordinates ``cols``,
+        :math:`G^{(ref)} - G^{(j)}` for ``pairs[k]`` (zero at every other coordinate).
+    cols
+        The b coordinates where some comparison is nonzero, strictly increasing.
     pairs
-        (reference position, member position) per comparison row (positions in S); the
+        (reference position, member position) per comparison (positions in S); the
         comparisons of one group share its reference.
     tolerance
         Per group, in order of first appearance of its reference in ``pairs``: the largest
@@ -113,11 +119,10 @@ def vote(
     Returns
     -------
     Resolution
-        ``disagreeing``: coordinates where some comparison is nonzero; ``corrected``: of those,
-        the settled ones (taking the median); ``within_tolerance``: of those, the ones where
-        every member is within the tolerance; ``located``: position -> settled coordinates
-        where that member was beyond the tolerance; ``unresolved``: position -> erased
-        coordinates where it was.
+        ``disagreeing``: the coordinates ``cols``; ``corrected``: of those, the settled ones
+        (taking the median); ``within_tolerance``: of those, the ones where every member is
+        within the tolerance; ``located``: position -> settled coordinates where that member
+        was beyond the tolerance; ``unresolved``: position -> erased coordinates where it was.
 
     Raises
     ------
@@ -126,43 +131,45 @@ def vote(
     """
     groups = _groups(pairs)
     tol = [int(t) for t in tolerance]
-    if sums.ndim != 2 or sums.shape[0] != 1 + len(pairs):
-        raise InputError(f"vote needs 1 + {len(pairs)} rows of sums, got shape {tuple(sums.shape)}")
+    cols = np.asarray(cols, dtype=np.int64)
+    if total.ndim != 1 or diffs.shape != (len(pairs), cols.size):
+        raise InputError(
+            f"vote needs a vector total and {len(pairs)} x {cols.size} comparisons, got "
+            f"{tuple(total.shape)} and {diffs.shape}"
+        )
     if len(tol) != len(groups) or min(tol, default=0) < 0 or bound < 0:
         raise InputError(
             f"vote needs one tolerance >= 0 per group ({len(groups)}) and bound >= 0, got "
             f"{tol} and {bound}"
         )
     p = field.p
-    device = sums.device
-    rows = sums.detach().cpu().numpy()
-    value = rows[0].astype(np.int64)  # a copy: corrected and erased coordinates are written
+    # NumPy, one thread: a pass over d plus work on the disagreeing coordinates only
+    value = total.detach().cpu().numpy().astype(np.int64)  # a copy: settled/erased are written
     d = value.shape[0]
     erase = np.zeros(d, dtype=bool)
     located: dict[int, int] = {}
     unresolved: dict[int, int] = {}
     exact_idx = np.asarray(sorted({int(i) for i in exact if 0 <= int(i) < d}), dtype=np.int64)
-    bad_all = np.flatnonzero(rows[1:].any(axis=0)) if len(pairs) else np.empty(0, np.int64)
-    all_within = np.ones(bad_all.size, dtype=bool)
+    all_within = np.ones(cols.size, dtype=bool)
     for (ref, members), t in zip(groups.items(), tol, strict=True):
         positions = [ref] + [pairs[r - 1][1] for r in members]
         need = len(positions) // 2 + 1
-        for start in range(0, bad_all.size, _CHUNK):
-            cols = bad_all[start : start + _CHUNK]
-            diff = rows[members][:, cols].astype(np.int64)  # G_ref - G_j
+        for start in range(0, cols.size, _CHUNK):
+            at = cols[start : start + _CHUNK]
+            diff = diffs[[r - 1 for r in members], start : start + at.size]  # G_ref - G_j
             rel = np.where(diff > p // 2, p - diff, -diff)  # centred G_j - G_ref
             if not rel.any():
                 continue
-            rel = np.vstack([np.zeros((1, cols.size), dtype=np.int64), rel])
+            rel = np.vstack([np.zeros((1, at.size), dtype=np.int64), rel])
             med = _median(rel)
-            limit = np.full(cols.size, t, dtype=np.int64)
+            limit = np.full(at.size, t, dtype=np.int64)
             if exact_idx.size:
-                limit[np.isin(cols, exact_idx)] = 0
+                limit[np.isin(at, exact_idx)] = 0
             off = np.abs(rel - med) > limit
             settled = (len(positions) - off.sum(axis=0)) >= need
-            all_within[start : start + cols.size] &= ~off.any(axis=0)
-            value[cols[settled]] = (value[cols[settled]] + med[settled]) % p
-            erase[cols[~settled]] = True
+            all_within[start : start + at.size] &= ~off.any(axis=0)
+            value[at[settled]] = (value[at[settled]] + med[settled]) % p
+            erase[at[~settled]] = True
             for pos, row_off in zip(positions, off, strict=True):
                 hit = int(np.count_nonzero(row_off & settled))
                 if hit:
@@ -173,12 +180,33 @@ def vote(
     return finish(
         value,
         erase,
-        bad_all,
+        cols,
         p=p,
         bound=bound,
-        dtype=rows.dtype,
-        device=device,
+        dtype=np.dtype(np.uint32),
+        device=total.device,
         located=located,
         within_tolerance=int(np.count_nonzero(all_within)),
         unresolved=unresolved,
     )
+
+
+def vote_rows(
+    field: PrimeField,
+    sums: torch.Tensor,
+    pairs: Sequence[tuple[int, int]],
+    *,
+    tolerance: Sequence[int],
+    bound: int,
+    exact: Sequence[int] = (),
+) -> Resolution:
+    """:func:`vote` from whole rows: ``sums`` is ``(1 + c) x D``, row 0 the decoded reference
+    sum, row k the unmasked comparison ``pairs[k - 1]`` (as a secret-shared round recovers
+    them; the module's example). Parameters as in :func:`vote`.
+    """
+    if sums.ndim != 2 or sums.shape[0] != 1 + len(pairs):
+        raise InputError(f"vote needs 1 + {len(pairs)} rows of sums, got shape {tuple(sums.shape)}")
+    rows = sums.detach().cpu().numpy()
+    cols = np.flatnonzero(rows[1:].any(axis=0)) if len(pairs) else np.empty(0, np.int64)
+    diffs = rows[1:, cols].astype(np.int64)
+    return vote(field, sums[0], diffs, cols, pairs, tolerance=tolerance, bound=bound, exact=exact)

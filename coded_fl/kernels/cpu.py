@@ -355,6 +355,42 @@ def matmul(m, x, out, p):
 
 
 @njit(inline="always", cache=True)
+def _differ_m31(a, b, c, out):  # out[t] |= b[t] != c a[t] mod 2^31 - 1; branch-free
+    for t in range(out.shape[0]):
+        v = c * np.uint64(a[t])
+        v = (v & _M31) + (v >> _S31)
+        v = (v & _M31) + (v >> _S31)  # <= p, where p stands for 0
+        w = np.uint64(b[t])  # < p: equal to v, or 0 where v is p
+        out[t] |= np.uint8((w != v) & ((w + _M31) != v))
+
+
+@njit(inline="always", cache=True)
+def _differ(a, b, c, out, pp):  # out[t] |= b[t] != c a[t] mod p
+    for t in range(out.shape[0]):
+        out[t] |= np.uint8(np.uint64(b[t]) != (c * np.uint64(a[t])) % pp)
+
+
+@njit(cache=True)
+def disagreements(x, refs, members, coeffs, out, p):
+    """out[t] = 1 where some member's x[members[k]][t] != coeffs[k] * x[refs[k]][t] (mod p),
+    else 0; x a typed list of uint32 vectors, coeffs canonical: the group comparisons of the
+    repetition code without forming them (replies y_j = r_j (G + zeta) agree when
+    y_j = (r_j / r_ref) y_ref). Returns the number of coordinates marked."""
+    for t in range(out.shape[0]):
+        out[t] = 0
+    for k in range(refs.shape[0]):
+        c = np.uint64(coeffs[k])
+        if p == 2**31 - 1:
+            _differ_m31(x[refs[k]], x[members[k]], c, out)
+        else:
+            _differ(x[refs[k]], x[members[k]], c, out, np.uint64(p))
+    marked = 0
+    for t in range(out.shape[0]):
+        marked += out[t]
+    return marked
+
+
+@njit(inline="always", cache=True)
 def _mum(x, c):
     """32-bit multiply-fold: low word XOR high word of the 64-bit product (one vpmuludq)."""
     prod = np.uint64(x) * np.uint64(c)

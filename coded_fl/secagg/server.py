@@ -146,6 +146,8 @@ class _Round:
     excluded: tuple[int, ...] = ()  # convicted silos dropped from S in this round
     barred: frozenset[int] = frozenset()  # convicted in the previous round: upload refused
     masked: torch.Tensor | None = None  # sum_uploads(): the weighted masked sums over S
+    # a group-masked round's comparisons where nonzero (diffs, cols), found without forming them
+    compared: tuple[np.ndarray, np.ndarray] | None = None
     aligned: bool = False  # group-masked round: no recovery stage (masks cancel)
     # silo -> the (q, h, recipient) deals its TrainRequest asked for (its upload may carry them)
     deal: dict[int, frozenset[tuple[int, int, int]]] = field(default_factory=dict)
@@ -769,10 +771,19 @@ class ServerMachine:
         """
         self._require(ServerStage.RECOVERING)
         rnd = self._current()
-        if rnd.masked is None:
-            rnd.masked = self.config.field.matmul(
-                _weights(rnd), [rnd.uploads[i].masked for i in rnd.survivors]
-            )
+        if rnd.masked is not None:
+            return
+        cfg = self.config
+        uploads = [rnd.uploads[i].masked for i in rnd.survivors]
+        code = cfg.gradient_code
+        if rnd.aligned and isinstance(code, GroupCode):
+            # row 0 (the decoding vector reads one reference per group); the comparisons
+            # are checked in one pass and formed only where replicas differ
+            rnd.masked = cfg.field.matmul(_weights(rnd)[:1], uploads)
+            pairs = comparison_pairs(cfg, rnd.survivors, group_masked=True) or ()
+            rnd.compared = code.differences(rnd.survivors, pairs, uploads)
+        else:
+            rnd.masked = cfg.field.matmul(_weights(rnd), uploads)
 
     def finish(self) -> RoundResult | RoundAborted:
         """Decode the round (needs U recovery replies), or abort it saying why."""
@@ -812,7 +823,7 @@ class ServerMachine:
                 return self._abort(f"{exc}; the aggregate was not formed", suspects=exc.suspects)
             masks = cfg.sharing.decode(replies)  # (R, d): sum_i w_i z_i per row
             sums = F.sub(masked, masks)  # row 0: sum_k q(g_k); rows 1..: parity checks
-        e = sums.shape[0] - 1
+        e = weights.shape[0] - 1
         res, voted = self._decode(rnd, weights, sums)
         located = {rnd.survivors[i]: c for i, c in res.located.items()}
         unresolved = {rnd.survivors[i]: c for i, c in res.unresolved.items()}
@@ -908,18 +919,33 @@ class ServerMachine:
         if pairs is None or not isinstance(code, GroupCode):
             e = sums.shape[0] - 1
             return resolve(cfg.field, weights, sums, bound=bound, radius=e // 2), False
+        if rnd.compared is not None:  # a group-masked round: found in sum_uploads
+            diffs, cols = rnd.compared
+        else:  # recovered rows: the comparisons in full
+            rows = sums.detach().cpu().numpy()
+            cols = np.flatnonzero(rows[1:].any(axis=0)) if pairs else np.empty(0, np.int64)
+            diffs = rows[1:, cols].astype(np.int64)
+        total = sums[0]
         groups: list[int] = []
         for ref, _ in pairs:
             group = code.group_of(rnd.survivors[ref])
             if group not in groups:
                 groups.append(group)
-        exact = [0] * len(groups)
         step = self.drift_tolerance * quant.max_abs
         wc = self.weight_coordinate
         if wc is not None:  # the mean weight rho: the packed updates scale with it
-            weight = vote(cfg.field, sums[:, wc : wc + 1], pairs, tolerance=exact, bound=bound)
-            total = int(cfg.field.to_signed(weight.value)[0])
-            step *= min(1.0, max(0.0, total / quant.max_abs / code.K))
+            at = np.flatnonzero(cols == wc)
+            weight = vote(
+                cfg.field,
+                total[wc : wc + 1],
+                diffs[:, at],
+                np.zeros(at.size, dtype=np.int64),
+                pairs,
+                tolerance=[0] * len(groups),
+                bound=bound,
+            )
+            rho_sum = int(cfg.field.to_signed(weight.value)[0])
+            step *= min(1.0, max(0.0, rho_sum / quant.max_abs / code.K))
         # at least one quantization step per partition: replicas whose floats differ in the
         # last bits may round to neighbouring steps
         tolerance = [
@@ -928,7 +954,9 @@ class ServerMachine:
         ]
         res = vote(
             cfg.field,
-            sums,
+            total,
+            diffs,
+            cols,
             pairs,
             tolerance=tolerance,
             bound=bound,

@@ -18,7 +18,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from coded_fl.codes.vote import vote
+from coded_fl.codes.vote import vote_rows
 from coded_fl.errors import InputError
 from coded_fl.field import PrimeField
 from coded_fl.quantize import RoundingKey, stochastic_round
@@ -100,7 +100,7 @@ def test_the_vote_matches_a_python_int_oracle(case):
         pos += len(members)
     sums = torch.tensor(rows, dtype=torch.int64).to(torch.uint32)
     groups_with_pairs = [q for q, m in enumerate(groups) if len(m) > 1]
-    out = vote(
+    out = vote_rows(
         PrimeField(p),
         sums,
         pairs,
@@ -119,11 +119,48 @@ def test_the_vote_refuses_malformed_inputs():
     F = PrimeField(101)
     sums = torch.zeros((2, 3), dtype=torch.uint32)
     with pytest.raises(InputError, match="rows"):
-        vote(F, sums, [], tolerance=[], bound=5)
+        vote_rows(F, sums, [], tolerance=[], bound=5)
     with pytest.raises(InputError, match="tolerance"):
-        vote(F, sums, [(0, 1)], tolerance=[-1], bound=5)
+        vote_rows(F, sums, [(0, 1)], tolerance=[-1], bound=5)
     with pytest.raises(InputError, match="overlaps"):
-        vote(F, torch.zeros((3, 3), dtype=torch.uint32), [(0, 1), (1, 2)], tolerance=[1], bound=5)
+        vote_rows(
+            F, torch.zeros((3, 3), dtype=torch.uint32), [(0, 1), (1, 2)], tolerance=[1], bound=5
+        )
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.sampled_from([(6, 2), (7, 2), (5, 1), (9, 2)]),
+    st.sampled_from([101, 2**31 - 1]),
+    st.data(),
+)
+def test_group_differences_match_the_comparison_rows_in_python_ints(ns, p, data):
+    """The one-pass comparison (GroupCode.differences) against the full comparison rows applied
+    to the replies with Python ints, at both fast-path and generic primes."""
+    from coded_fl.codes import FractionalRepetitionCode
+
+    n, s = ns
+    code = FractionalRepetitionCode(n, s, field=PrimeField(p))
+    survivors = sorted(data.draw(st.sets(st.integers(0, n - 1), min_size=n - s, max_size=n)))
+    pairs = code.comparisons(survivors)
+    d = 40
+    base = {q: data.draw(st.lists(st.integers(0, p - 1), min_size=d, max_size=d)) for q in range(n)}
+    replies = []
+    for i in survivors:  # member i replies r_i (G_q + noise): mostly equal within a group
+        q = code.group_of(i)
+        noise = data.draw(st.lists(st.sampled_from([0, 0, 0, 1, p - 3]), min_size=d, max_size=d))
+        r = int(code.matrix[i][code.support(i)[0]])
+        replies.append([r * ((b + e) % p) % p for b, e in zip(base[q], noise, strict=True)])
+    tensors = [torch.tensor(v, dtype=torch.int64).to(torch.uint32) for v in replies]
+    diffs, cols = code.differences(survivors, pairs, tensors)
+    rows = code.comparison_rows(survivors, pairs)
+    full = [
+        [sum(int(w) * y[t] for w, y in zip(row, replies, strict=True)) % p for t in range(d)]
+        for row in rows
+    ]
+    expect_cols = [t for t in range(d) if any(f[t] for f in full)]
+    assert cols.tolist() == expect_cols
+    assert diffs.tolist() == [[f[t] for t in expect_cols] for f in full]
 
 
 # ------------------------------------------------------------------ through the protocol
