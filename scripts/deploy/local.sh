@@ -6,9 +6,17 @@
 #   bash scripts/deploy/local.sh                          # 3 nodes, the deployment app, coded-fl
 #   NODES=3 bash scripts/deploy/local.sh -c 'mode="plain" num-rounds=2'
 #   APP=. NODES=3 bash scripts/deploy/local.sh -c 'num-silos=3 num-stragglers=1 privacy-threshold=1'
+#   NODE_ENV='ATEN_CPU_CAPABILITY=default;ATEN_CPU_CAPABILITY=avx2' APP=. NODES=6 \
+#     bash scripts/deploy/local.sh -c 'num-stragglers=2 privacy-threshold=1'   # sites' CPUs differ
 #
 # Environment: NODES (3), APP (simulations/deploy/app), DEPLOY_DIR (.deploy), RUN_TIMEOUT
 # (1800 s), KEEP=1 to leave the deployment running (stop it with scripts/deploy/stop.sh).
+# NODE_ENV (unset: every node gets this shell's environment): per-node environment, a
+# `;`-separated list of items, each space-separated KEY=VALUE assignments (values without
+# spaces), cycled over the nodes: node i (site$i) gets item i % len on top of this shell's
+# environment, and the ClientApp processes its SuperNode spawns inherit it. An empty item adds
+# nothing. E.g. ATEN_CPU_CAPABILITY (default, avx2, ...: the CPU kernels torch uses) emulates
+# sites whose CPUs differ.
 # Extra arguments go to `flwr run` (e.g. -c 'key=value ...').
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -17,6 +25,21 @@ nodes=${NODES:-3}
 app=${APP:-simulations/deploy/app}
 dir=${DEPLOY_DIR:-$root/.deploy}
 conn=local-tls
+node_env=()  # NODE_ENV split at ';' (an empty item, also a trailing one, is kept)
+if [[ -n ${NODE_ENV:-} ]]; then
+  rest=$NODE_ENV
+  while :; do
+    node_env+=("${rest%%;*}")
+    [[ $rest == *";"* ]] || break
+    rest=${rest#*;}
+  done
+  for item in "${node_env[@]}"; do  # checked before anything starts
+    read -ra words <<<"$item"
+    for a in "${words[@]}"; do
+      [[ $a =~ ^[A-Za-z_][A-Za-z0-9_]*= ]] || { echo "NODE_ENV: '$a' is not KEY=VALUE" >&2; exit 2; }
+    done
+  done
+fi
 mkdir -p "$dir"
 dir=$(cd "$dir" && pwd)
 rm -rf "$dir/state" "$dir/flwr-home"
@@ -35,8 +58,10 @@ for ((i = 0; i < nodes; i++)); do
   bash "$here/register_supernode.sh" "$conn" "$dir/certs/nodes/site$i.pub" "site$i"
 done
 for ((i = 0; i < nodes; i++)); do
+  extra=()
+  ((${#node_env[@]} == 0)) || extra=("${node_env[i % ${#node_env[@]}]}")
   bash "$here/start_supernode.sh" "$dir/state" "site$i" "127.0.0.1:$port" "$dir/certs/ca.pem" \
-    "$dir/certs/nodes/site$i" "site=$i partition-id=$i num-partitions=$nodes"
+    "$dir/certs/nodes/site$i" "site=$i partition-id=$i num-partitions=$nodes" "${extra[@]}"
 done
 "$bindir/flwr" supernode ls "$conn"
 

@@ -2,19 +2,31 @@
 # Start one SuperNode (a site) with TLS and its authentication key, in the background.
 #
 #   bash scripts/deploy/start_supernode.sh STATE_DIR NAME SUPERLINK_HOST:PORT CA_PEM PRIVATE_KEY \
-#        "site=0 partition-id=0 num-partitions=3"
+#        "site=0 partition-id=0 num-partitions=3" ["ATEN_CPU_CAPABILITY=avx2 OMP_NUM_THREADS=2"]
 #
-# The last argument is the node config the ClientApp reads (context.node_config). Log and PID go
-# to STATE_DIR/NAME.log and NAME.pid; stop it with scripts/deploy/stop.sh STATE_DIR NAME.
+# The 6th argument is the node config the ClientApp reads (context.node_config). The optional
+# 7th is this site's own environment: space-separated KEY=VALUE assignments (values without
+# spaces) added to the SuperNode's environment, which the ClientApp processes it spawns inherit.
+# Log and PID go to STATE_DIR/NAME.log and NAME.pid; stop it with
+# scripts/deploy/stop.sh STATE_DIR NAME.
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
-[[ $# -eq 6 ]] || { sed -n '2,8p' "$0"; exit 2; }
+[[ $# -eq 6 || $# -eq 7 ]] || { sed -n '2,11p' "$0"; exit 2; }
 mkdir -p "$1"
 state=$(cd "$1" && pwd)
 name=$2
+assigns=()
+read -ra assigns <<<"${7:-}"
+for a in "${assigns[@]}"; do
+  [[ $a =~ ^[A-Za-z_][A-Za-z0-9_]*= ]] || {
+    echo "start_supernode.sh: '$a' is not a KEY=VALUE assignment (7th argument: '${7:-}')" >&2
+    exit 2
+  }
+done
 port=$(free_port)  # this node's ClientApp I/O API (local to the site)
-start_bg "$state" "$name" "$bindir/flower-supernode" --superlink "$3" \
+# `env K=V ... flower-supernode` execs flower-supernode: the recorded PID stays the SuperNode's
+start_bg "$state" "$name" env "${assigns[@]}" "$bindir/flower-supernode" --superlink "$3" \
   --root-certificates "$4" --auth-supernode-private-key "$5" --port "$port" \
   --node-config "$6"
 wait_log "$state/$name.log" "SuperNode ID: [0-9]+" 90 "$(cat "$state/$name.pid")"
-echo "SuperNode $name connected (pid $(cat "$state/$name.pid"), log $state/$name.log)"
+echo "SuperNode $name connected (pid $(cat "$state/$name.pid"), log $state/$name.log${7:+, environment: $7})"

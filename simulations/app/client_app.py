@@ -9,8 +9,10 @@ the shared dataset.
 
 from __future__ import annotations
 
+import os
+
 import torch
-from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
+from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 
 from clients import coded_secagg_mod
@@ -20,7 +22,7 @@ from clients.shuffle import register_shuffle, silo_store
 from coded_fl.vocabulary import PARTITION_UNITS_ENTRY, SHUFFLE_ACTION
 from simulations.app.faults import fault_injection_mod
 from simulations.app.silo_torch import silo_torch_mod
-from simulations.app.task import Net, load_partition, own_examples, test, train
+from simulations.app.task import load_partition, make_net, own_examples, test, train
 
 torch.set_num_threads(1)
 # silo_torch_mod applies the run config's threads-per-silo / deterministic (see its module);
@@ -57,9 +59,9 @@ register_shuffle(app)  # answers the coded shuffling of placement = "shuffle"
 
 
 def _fit(msg: Message, context: Context, seed: int) -> Message:
-    net = Net()
-    net.load_state_dict(msg.content["arrays"].to_torch_state_dict())
     cfg = context.run_config
+    net = make_net(int(cfg.get("model-width", 1)))
+    net.load_state_dict(msg.content["arrays"].to_torch_state_dict())
     conf = msg.content.config_records.get("config")
     if conf is not None and PARTITION_UNITS_ENTRY in conf:  # placed by coded shuffling
         pixels, y = partition_tensors(msg, context)
@@ -106,7 +108,10 @@ def fit_plain(msg: Message, context: Context) -> Message:
 @app.query("warmup")
 def warmup(msg: Message, context: Context) -> Message:
     """Before both timed runs: start this node's ClientApp (imports, torch, the data) once, so
-    that neither coded-fl nor plain FedAvg pays for it in its timings."""
+    that neither coded-fl nor plain FedAvg pays for it in its timings. The reply says what
+    this ClientApp process computes with (``site``: its partition-id, the CPU kernels torch
+    chose, which ``ATEN_CPU_CAPABILITY`` in the SuperNode's environment sets, and its torch
+    threads): the server's report shows which sites really differ."""
     cfg = context.run_config
     load_partition(
         int(context.node_config["partition-id"]),
@@ -114,12 +119,21 @@ def warmup(msg: Message, context: Context) -> Message:
         seed=int(cfg.get("seed", 0)),
         alpha=float(cfg.get("dirichlet-alpha", 0.0)),
     )
-    return Message(RecordDict({"metrics": MetricRecord({"ok": 1})}), reply_to=msg)
+    site = ConfigRecord(
+        {
+            "partition-id": int(context.node_config["partition-id"]),
+            "cpu-capability": str(torch.backends.cpu.get_cpu_capability()),
+            "torch-threads": torch.get_num_threads(),
+            "aten-cpu-capability": os.environ.get("ATEN_CPU_CAPABILITY", ""),
+            "pid": os.getpid(),
+        }
+    )
+    return Message(RecordDict({"metrics": MetricRecord({"ok": 1}), "site": site}), reply_to=msg)
 
 
 @app.evaluate()
 def evaluate(msg: Message, context: Context) -> Message:
-    net = Net()
+    net = make_net(int(context.run_config.get("model-width", 1)))
     net.load_state_dict(msg.content["arrays"].to_torch_state_dict())
     x, y = load_partition(
         int(context.node_config["partition-id"]), int(context.node_config["num-partitions"])

@@ -2,19 +2,30 @@
 same data and seeds for comparison, and a summary.
 
 Every knob is a run-config key (``[tool.flwr.app.config]`` in pyproject.toml, README table).
+``report-file`` (default ``""``: none) names a JSON file that is rewritten after every round
+(so a run that fails still leaves one): per round ``ok``, ``seconds``, ``disagreeing``,
+``within_tolerance``, ``erased``, ``offenders`` and the rest of
+:class:`strategies.RoundReport`'s figures, the final accuracy, and what every site's ClientApp
+computes with (its CPU kernels and torch threads, from the warm-up), so a test or benchmark
+reads the outcome from a file, not from log lines.
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import time
+from pathlib import Path
+from typing import Any
 
 import torch
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
 from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy import FedAvg
 
-from simulations.app.task import Net, make_evaluator
+from coded_fl.secagg.server import DRIFT_TOLERANCE
+from simulations.app.task import make_evaluator, make_net
 from strategies import CodedSecAgg, RoundReport
 from strategies.exchange import Exchange
 from strategies.placement import ShuffledTraining
@@ -68,9 +79,10 @@ def _plain_fedavg(  # type: ignore[no-untyped-def]
     return arrays, sum(times), times
 
 
-def _warm_up(grid: Grid, n: int, timeout: float) -> tuple[int, float]:
+def _warm_up(grid: Grid, n: int, timeout: float) -> tuple[int, float, list[dict[str, Any]]]:
     """Start every node's ClientApp once before anything is timed (simulation: the Ray actors,
-    imports, torch and the data). Returns (nodes that answered, seconds)."""
+    imports, torch and the data). Returns (nodes that answered, seconds, what each answering
+    ClientApp computes with: node, partition-id, cpu-capability, torch-threads, ...)."""
     t0 = time.monotonic()
     nodes = list(grid.get_node_ids())
     while len(nodes) < n and time.monotonic() < t0 + timeout:  # nodes may still be connecting
@@ -89,7 +101,62 @@ def _warm_up(grid: Grid, n: int, timeout: float) -> tuple[int, float]:
         return len(answered) >= len(nodes)
 
     ex.collect(ex.push(msgs, stage="warm-up", round_=0), keep, deadline=t0 + timeout)
-    return sum(not m.has_error() for m in answered), time.monotonic() - t0
+    sites: list[dict[str, Any]] = [
+        {"node": int(m.metadata.src_node_id), **dict(m.content.config_records["site"].items())}
+        for m in answered
+        if not m.has_error() and "site" in m.content.config_records
+    ]
+    sites.sort(key=lambda row: (int(row.get("partition-id", -1)), row["node"]))
+    return sum(not m.has_error() for m in answered), time.monotonic() - t0, sites
+
+
+class _RunReport:
+    """The run's JSON report (``report-file``), rewritten atomically after every round; a no-op
+    when the path is empty."""
+
+    def __init__(self, path: str, head: dict[str, Any]) -> None:
+        self.path = path
+        self.data: dict[str, Any] = {**head, "rounds": [], "completed": 0, "done": False}
+
+    def round(self, rep: RoundReport) -> None:
+        self.data["rounds"].append(_round_row(rep))
+        self.data["completed"] = sum(bool(r["ok"]) for r in self.data["rounds"])
+        self.write()
+
+    def write(self) -> None:
+        if not self.path:
+            return
+        p = Path(self.path)
+        tmp = p.with_name(p.name + ".tmp")
+        tmp.write_text(json.dumps(self.data, indent=1) + "\n")
+        os.replace(tmp, p)
+
+
+def _round_row(rep: RoundReport) -> dict[str, Any]:
+    """One round of the report: :class:`RoundReport`'s figures (no arrays) and the accuracy."""
+    return {
+        "round": rep.round,
+        "ok": rep.ok,
+        "reason": rep.reason,
+        "seconds": rep.seconds,
+        "close_seconds": rep.close_seconds,
+        "replies_used": rep.replies_used,
+        "stragglers": list(rep.stragglers),
+        "responders": rep.responders,
+        "round_trips": rep.round_trips,
+        "disagreeing": rep.disagreeing,
+        "within_tolerance": rep.within_tolerance,
+        "corrected": rep.corrected,
+        "erased": rep.erased,
+        "offenders": list(rep.offenders),
+        "excluded": list(rep.excluded),
+        "off_silos": {str(k): v for k, v in rep.off_silos.items()},
+        "suspects": list(rep.suspects),
+        "errors": {str(k): v for k, v in rep.errors.items()},
+        "clipped_fraction": rep.clipped_fraction,
+        "accuracy": rep.server_metrics.get("accuracy"),
+        "loss": rep.server_metrics.get("loss"),
+    }
 
 
 def _timed(evaluate, spent: list[float]):  # type: ignore[no-untyped-def]
@@ -108,10 +175,13 @@ def _timed(evaluate, spent: list[float]):  # type: ignore[no-untyped-def]
 def _replica_line(reports: list[RoundReport]) -> str:
     """How much replicas of partitions disagreed over the run (sites whose machines differ)."""
     done = [r for r in reports if r.ok]
+    named = sorted({s for r in reports for s in r.offenders})
     return (
-        f"replicas: {sum(r.disagreeing for r in done)} checked coordinate(s) disagreed, "
-        f"{sum(r.corrected for r in done)} corrected, {sum(r.erased for r in done)} erased "
-        f"over {len(done)} completed round(s)"
+        f"replicas: {sum(r.disagreeing for r in done)} compared coordinate(s) differed, "
+        f"{sum(r.within_tolerance for r in done)} within the drift tolerance, "
+        f"{sum(r.corrected for r in done)} settled by their group, "
+        f"{sum(r.erased for r in done)} erased over {len(done)} completed round(s)"
+        + (f"; overruled and left out: silo(s) {named}" if named else "")
     )
 
 
@@ -133,15 +203,33 @@ def main(grid: Grid, context: Context) -> None:
     n = int(rc["num-silos"])
     rounds = int(rc["num-rounds"])
     seed = int(rc["seed"])
+    width = int(rc.get("model-width", 1))
     torch.manual_seed(seed)
-    initial = ArrayRecord(Net().state_dict())
-    evaluate = make_evaluator(seed)
+    net = make_net(width)
+    initial = ArrayRecord(net.state_dict())
+    evaluate = make_evaluator(seed, width=width)
+    report = _RunReport(
+        str(rc.get("report-file", "")),
+        {
+            "num_silos": n,
+            "num_rounds": rounds,
+            "num_stragglers": int(rc["num-stragglers"]),
+            "privacy_threshold": int(rc["privacy-threshold"]),
+            "local_epochs": int(rc.get("local-epochs", 1)),
+            "model_width": width,
+            "model_parameters": sum(p.numel() for p in net.parameters()),
+            "straggler_delays": str(rc["straggler-delays"]),
+            "dropout_sites": str(rc["dropout-sites"]),
+            "threads_per_silo": str(rc.get("threads-per-silo", "")),
+        },
+    )
 
     def say(line: str) -> None:
         print(line, flush=True)
 
     def progress(rep: RoundReport) -> None:
         say(rep.line())
+        report.round(rep)
 
     strategy = CodedSecAgg(
         FedAvg(fraction_evaluate=0.0, min_available_nodes=n, min_train_nodes=n),
@@ -159,6 +247,8 @@ def main(grid: Grid, context: Context) -> None:
         masking=str(rc.get("masking", "auto")),
         headroom_bits=int(rc.get("headroom-bits", 8)),
         max_erased_fraction=float(rc.get("max-erased-fraction", 0.01)),
+        drift_tolerance=float(rc.get("drift-tolerance", DRIFT_TOLERANCE)),
+        max_aborted_rounds=int(rc.get("max-aborted-rounds", 3)),
         round_timeout=float(rc["round-timeout"]),
         progress=progress,
     )
@@ -166,35 +256,55 @@ def main(grid: Grid, context: Context) -> None:
         f"[coded-fl] {n} silos, {rounds} rounds, stragglers {rc['straggler-delays']!s} (site:s), "
         f"dropped site(s) {rc['dropout-sites']!s}"
     )
-    warm, warm_s = _warm_up(grid, n, float(rc["round-timeout"]))
+    warm, warm_s, sites = _warm_up(grid, n, float(rc["round-timeout"]))
     say(f"[warm-up] {warm}/{n} nodes started in {warm_s:.1f}s (once, before both timed runs)")
+    code = strategy.gradient_code(n)
+    report.data.update(
+        warm_up={"answered": warm, "seconds": warm_s},
+        # what each site's ClientApp computes with (its SuperNode's environment)
+        sites=sites,
+        # silo i is the i-th connected node by id (as CodedSecAgg assigns them)
+        silo_nodes=sorted(grid.get_node_ids())[:n],
+        code=type(code).__name__,
+        groups=[list(g) for g in getattr(code, "groups", ())] or None,
+    )
+    report.write()
     ours_eval: list[float] = []
     t0 = time.monotonic()
     shuffled = None
-    if str(rc.get("placement", "shared")) == "shuffle":
-        # silos start with their own data; coded shuffling places the code's replicas
-        shuffled = ShuffledTraining(
-            strategy,
-            ShuffleRelay(
-                grid, stage_timeout=float(rc.get("shuffle-timeout", 60.0)), progress=LOG.info
-            ),
-            units_per_silo=int(rc.get("units-per-silo", 8)),
-            reshuffle_every=int(rc.get("reshuffle-every", 5)),
-            seed=seed,
-            progress=say,
-        )
-        result = shuffled.start(grid, initial, rounds, evaluate_fn=_timed(evaluate, ours_eval))
-    else:
-        result = strategy.start(
-            grid=grid,
-            initial_arrays=initial,
-            num_rounds=rounds,
-            evaluate_fn=_timed(evaluate, ours_eval),
-        )
+    try:
+        if str(rc.get("placement", "shared")) == "shuffle":
+            # silos start with their own data; coded shuffling places the code's replicas
+            shuffled = ShuffledTraining(
+                strategy,
+                ShuffleRelay(
+                    grid, stage_timeout=float(rc.get("shuffle-timeout", 60.0)), progress=LOG.info
+                ),
+                units_per_silo=int(rc.get("units-per-silo", 8)),
+                reshuffle_every=int(rc.get("reshuffle-every", 5)),
+                seed=seed,
+                progress=say,
+            )
+            result = shuffled.start(grid, initial, rounds, evaluate_fn=_timed(evaluate, ours_eval))
+        else:
+            result = strategy.start(
+                grid=grid,
+                initial_arrays=initial,
+                num_rounds=rounds,
+                evaluate_fn=_timed(evaluate, ours_eval),
+            )
+    except Exception as exc:  # the report says how the run ended, then Flower does
+        report.data["error"] = f"{type(exc).__name__}: {exc}"
+        report.write()
+        raise
     ours_seconds = time.monotonic() - t0
     ours_acc = evaluate(rounds, result.arrays)["accuracy"]
     reports = strategy.reports
     completed = sum(r.ok for r in reports)
+    report.data.update(
+        final_accuracy=ours_acc, run_seconds=ours_seconds, completed=completed, done=True
+    )
+    report.write()
     ran, wait_all = strategy.waiting_estimate()
     # what coded-fl pays once per run: keys, the kernels' compilation on each silo (at the key
     # exchange), Flower's start of the strategy; not in the rounds, not in the evaluation
@@ -228,6 +338,8 @@ def main(grid: Grid, context: Context) -> None:
         )
         plain_seconds = time.monotonic() - t1
         plain_acc = evaluate(rounds, plain_arrays)["accuracy"]
+        report.data["plain"] = {"final_accuracy": plain_acc, "rounds_seconds": plain_rounds_s}
+        report.write()
         lines += [
             f"plain FedAvg (waits for every silo, {float(rc['plain-timeout']):.0f}s timeout): "
             f"final accuracy {plain_acc:.4f}, {plain_seconds:.1f}s in all = "

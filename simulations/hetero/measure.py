@@ -2,9 +2,10 @@
 
 ``python -m simulations.hetero.measure --out FILE.json [--quick]``
 
-One partition of the main job (``simulations/app/task.py``: its data, ``train`` and ``Net``,
-plus a 4x wider ``Net``) is trained from the same initial model and the same seed, the way the
-coded-fl mod has every replica train it, under different settings, each in its own process:
+One partition of the main job (``simulations/app/task.py``: its data, ``train``, ``Net`` and
+``WideNet`` at its default width 4) is trained from the same initial model and the same seed,
+the way the coded-fl mod has every replica train it, under different settings, each in its own
+process:
 
 - ``ref``: the machine's best CPU kernels (``ATEN_CPU_CAPABILITY`` unset), 1 torch thread;
 - ``repeat``: ``ref`` again in another process (the control: it must give 0 everywhere);
@@ -41,7 +42,7 @@ from torch import nn
 from clients.mod import partition_seed
 from coded_fl.layout import UpdateLayout
 from coded_fl.quantize import QuantizationConfig, RoundingKey, quantize
-from simulations.app.task import Net, load_partition, train
+from simulations.app.task import Net, WideNet, load_partition, train
 
 __all__ = ["SETTINGS", "WideNet", "main", "measure"]
 
@@ -58,22 +59,6 @@ SETTINGS: dict[str, tuple[str | None, int]] = {
     "isa-default": ("default", 1),
 }
 HEADROOM = (0, 4, 8, 12, 16)
-
-
-class WideNet(nn.Module):
-    """``task.Net`` with every layer ``width`` times wider (``width=1`` is ``Net``'s shape)."""
-
-    def __init__(self, width: int = 4) -> None:
-        super().__init__()
-        self.conv1 = nn.Conv2d(1, 8 * width, 3)
-        self.conv2 = nn.Conv2d(8 * width, 16 * width, 3)
-        self.fc1 = nn.Linear(16 * width * 5 * 5, 24 * width)
-        self.fc2 = nn.Linear(24 * width, 10)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = torch.max_pool2d(torch.relu(self.conv1(x)), 2)
-        x = torch.max_pool2d(torch.relu(self.conv2(x)), 2)
-        return self.fc2(torch.relu(self.fc1(x.flatten(1))))
 
 
 MODELS = {"net": Net, "wide": WideNet}
