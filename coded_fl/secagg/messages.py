@@ -234,7 +234,8 @@ class Limits:
     min_survivors
         n - s: a recovery request has at most |S| - (n - s) + 1 weight rows.
     max_rows
-        s + 1: the most weight rows a request, and rows a recovery reply, may have.
+        max(s, comparisons) + 1: the most weight rows a request, and rows a recovery reply,
+        may have.
     vector_length
         d: an upload's masked vector has exactly d elements.
     piece_length
@@ -247,6 +248,9 @@ class Limits:
         The mask graph's edges (``masking="aligned"``; 0 otherwise): a request relays and an
         upload confirms at most that many edge keys, and a ``deal`` or ``dealt`` list has at
         most that many times n entries.
+    comparisons
+        With a group code (the repetition code): n - g, the most group comparisons a request
+        with more than n - s survivors asks for besides row 0 (0 for other codes).
     """
 
     silos: int
@@ -257,6 +261,7 @@ class Limits:
     sealed_share_bytes: int
     public_key_bytes: int = KEY_BYTES
     edges: int = 0
+    comparisons: int = 0
 
     @classmethod
     def for_config(cls, cfg: ProtocolConfig) -> Limits:
@@ -272,10 +277,14 @@ class Limits:
         Limits
         """
         m = cfg.sharing.piece_length
+        code = cfg.gradient_code
+        groups = getattr(code, "groups", None)  # a group code compares its members
+        comparisons = cfg.n - len(groups) if groups is not None else 0
         return cls(
             silos=cfg.n,
             min_survivors=cfg.n - cfg.s,
-            max_rows=cfg.s + 1,
+            max_rows=max(cfg.s, comparisons) + 1,
+            comparisons=comparisons,
             vector_length=cfg.vector_length,
             piece_length=m,
             sealed_share_bytes=4 * m + SEAL_OVERHEAD,
@@ -647,6 +656,8 @@ def decode(buf: bytes | bytearray | memoryview, *, limits: Limits | None = None)
         n, rows = r.unpack("<II")
         # every weight row has one entry per survivor and n - s >= 1, so rows <= |S|
         most = n if lim is None else min(lim.max_rows, n - lim.min_survivors + 1)
+        if lim is not None and lim.comparisons and n > lim.min_survivors:
+            most = min(lim.max_rows, 1 + lim.comparisons)
         if lim is not None and not lim.min_survivors <= n <= lim.silos:
             raise RemoteProtocolError(
                 f"{n} survivors; the configuration needs {lim.min_survivors}..{lim.silos}"

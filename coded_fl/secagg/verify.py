@@ -70,10 +70,11 @@ def comparison_pairs(
     """With a group code: the (reference, member) positions the rows after row 0 compare.
 
     In a group-masked round every survivor that is not its group's reference is compared with
-    it (the masks cancel in a comparison: it costs the server 2 d operations and no message);
-    in a round with shared masks each row is one more recovered mask sum per survivor, so the
-    first |S| - (n - s) comparisons are made (the canonical order of
-    :meth:`~coded_fl.codes.GroupCode.comparisons` spreads them over the groups).
+    it (the masks cancel in a comparison: the server finds them in one pass over the uploads,
+    and nobody sends anything). In a round with shared masks each comparison is one more
+    recovered mask sum per survivor (m elements): with more than n - s survivors every one is
+    made (a subset would leave some group's reference unchecked, and a deviating reference
+    there would move the sum unseen); with exactly n - s, none (as before extra replies).
 
     Parameters
     ----------
@@ -96,7 +97,7 @@ def comparison_pairs(
         return None
     s = check_survivors(cfg, survivors)
     pairs = code.comparisons(s)
-    return pairs if group_masked else pairs[: len(s) - (cfg.n - cfg.s)]
+    return pairs if group_masked or len(s) > cfg.n - cfg.s else ()
 
 
 def weight_rows(

@@ -126,7 +126,8 @@ def recording() -> Recording:
         for up in uploads[1:2] + uploads[3:]:
             s.receive(up)
         requests = s.close_collection()
-        assert isinstance(requests, list) and len(requests[0].weights) == 2
+        # 5 survivors, groups {0, 1, 2} and {3, 4}: row 0 and every group comparison (3)
+        assert isinstance(requests, list) and len(requests[0].weights) == 4
         got["recovery"] = list(requests)
         replies = []
         for q in requests:

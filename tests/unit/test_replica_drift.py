@@ -249,24 +249,18 @@ def test_drift_on_every_other_site_never_stops_an_aligned_round():
     assert isinstance(h.run_round(4, behaviour).result, RoundResult)
 
 
-def test_drift_with_shared_masks_completes_and_reads_the_compared_median():
+def test_drift_with_shared_masks_completes_and_reads_the_median():
     behaviour = {i: Silo(tamper=drift(i)) for i in (1, 3, 5)}
-    cfg = _config("shares", extra=2)  # all six replies: |S| - (n - s) = 2 comparisons
+    cfg = _config("shares", extra=2)  # all six replies: every group comparison is made
     h = Harness(cfg, seed=7)
     h.setup()
     res = h.run_round(1, behaviour).result
     assert isinstance(res, RoundResult), res.reason
-    # |S| - (n - s) = 2 comparisons: silo 1 against 0, silo 4 against 3 (mean of the two)
-    assert res.checks == 2 and res.disagreeing > 0 and res.offenders == ()
-    sums = replica_sums(h, 1, behaviour)
-    expect = []
-    for t in range(cfg.vector_length):
-        lo, hi = sorted((0, sums[1][t] - sums[0][t]))
-        g0 = sums[0][t] + lo + (hi - lo) // 2
-        lo, hi = sorted((0, sums[4][t] - sums[3][t]))
-        g1 = sums[3][t] + lo + (hi - lo) // 2
-        expect.append(g0 + g1)
-    assert cfg.field.to_signed(res.aggregate).tolist() == expect
+    # 6 survivors in groups {0, 1, 2} and {3, 4, 5}: 4 comparisons, each group's median
+    assert res.checks == 4 and res.disagreeing > 0 and res.offenders == ()
+    assert res.within_tolerance == res.disagreeing and res.erased.numel() == 0
+    signed = cfg.field.to_signed(res.aggregate).tolist()
+    assert signed == median_total(h, 1, behaviour, res.survivors)
 
 
 def test_a_silo_off_where_its_group_agrees_is_overruled_named_and_left_out():
@@ -418,3 +412,24 @@ def test_a_copied_public_key_is_refused_and_changes_nothing():
     for reply in replies[1:]:  # its own key is still welcome
         server.receive(reply)
     assert server.close_key_exchange() == ()
+
+
+@pytest.mark.parametrize("bad", range(10))
+def test_with_shared_masks_every_group_is_compared_when_extra_uploads_came(bad):
+    # found by the adversary benchmark: comparing only |S| - (n - s) pairs left the third
+    # group's reference (silo 7) unchecked, and its wrong replica moved the sum unseen
+    cfg = ProtocolConfig(
+        num_silos=10,
+        num_stragglers=2,
+        privacy_threshold=1,
+        vector_length=300,
+        masking="shares",
+        code="repetition",
+        extra_replies=2,
+    )
+    h = Harness(cfg, seed=3)
+    h.setup()
+    res = h.run_round(1, {bad: Silo(tamper=_shift(0.5, [5, 6, 7]))}).result
+    assert isinstance(res, RoundResult), res.reason
+    assert torch.equal(cfg.field.to_signed(res.aggregate), h.expected_total(1))
+    assert res.offenders == (bad,) and res.erased.numel() == 0

@@ -189,7 +189,7 @@ CFG = ProtocolConfig(
 
 
 def _round_messages() -> dict[str, Message]:
-    """One message of each type from a real round of ``CFG`` (two extra uploads: 2 rows)."""
+    """One message of each type from a real round of ``CFG`` (every upload in: 4 weight rows)."""
     h = Harness(CFG, seed=3)
     reqs = h.server.start_key_exchange()
     keys = [h.clients[r.recipient].receive(r) for r in reqs]
@@ -221,7 +221,8 @@ def test_limits_follow_the_configuration():
     lim = Limits.for_config(CFG)
     m = CFG.sharing.piece_length
     assert (lim.silos, lim.vector_length, lim.piece_length) == (5, 12, m)
-    assert lim.min_survivors == 4 and lim.max_rows == 2  # |S| - (n - s) + 1 <= s + 1
+    # the repetition code (groups {0, 1, 2} and {3, 4}): row 0 and up to n - g = 3 comparisons
+    assert lim.min_survivors == 4 and lim.max_rows == 4 and lim.comparisons == 3
     assert lim.sealed_share_bytes == 4 * m + 28 and lim.public_key_bytes == 32
     msgs = _round_messages()
     for msg in msgs.values():  # what the protocol sends passes its own limits
@@ -256,14 +257,17 @@ def _over_limit_variants() -> list[tuple[str, Message]]:
                 tokens=(rq.tokens[0],) * n1,
             ),
         ),
-        ("s + 2 weight rows", replace(rq, weights=rq.weights + rq.weights[:1] * (CFG.s + 1))),
+        (
+            "max_rows + 1 weight rows",
+            replace(rq, weights=rq.weights + rq.weights[:1] * (5 - len(rq.weights))),
+        ),
         ("share of 3 bytes", replace(rq, shares=(b"abc", *rq.shares[1:]))),
         ("token of 23 bytes", replace(rq, tokens=tuple(t[:-1] for t in rq.tokens))),
         ("share and token", replace(rq, tokens=tuple(t or b"t" * 24 for t in rq.tokens))),
         ("context of 15 bytes", replace(up, context=up.context[:-1])),
         ("tag of 9 bytes", replace(up, tags=tuple((j, t + b"!") for j, t in up.tags))),
         ("key of 33 bytes", replace(rq, keys=(rq.keys[0] + b"!", *rq.keys[1:]))),
-        ("s + 2 reply rows", replace(rr, rows=rr.rows[:1].repeat(CFG.s + 2, 1))),
+        ("max_rows + 1 reply rows", replace(rr, rows=rr.rows[:1].repeat(5, 1))),
         ("reply rows of m + 1", replace(rr, rows=torch.cat([rr.rows, rr.rows[:, :1]], 1))),
         ("reply rows of m - 1", replace(rr, rows=rr.rows[:, :-1])),
     ]
