@@ -7,6 +7,7 @@ it; absolute times on a shared 2-core machine are noisy, ratios measured side by
 #: name -> module under simulations.bench that defines ``run(report, quick)``.
 BENCHMARKS = {
     "accuracy": "simulations.bench.accuracy",
+    "adversary": "simulations.bench.adversary",
     "codes": "simulations.bench.codes",
     "deploy": "simulations.bench.deploy",
     "hetero": "simulations.bench.hetero",
