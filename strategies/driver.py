@@ -371,7 +371,9 @@ class RoundDriver:
         st, spec, inner = self.state, self.settings.spec, self.settings.strategy
         report.replies_used = len(res.survivors)
         report.stragglers = res.stragglers
-        report.suspects = res.excluded  # uploaded, then dropped from S (accused)
+        # uploaded, then dropped from S (accused), or beyond the drift tolerance where their
+        # group had no majority (their coordinates erased: one of them deviates)
+        report.suspects = tuple(sorted({*res.excluded, *res.unresolved}))
         report.responders = len(res.responders)
         report.disagreeing, report.corrected = res.disagreeing, res.corrected
         report.erased, report.off_silos = int(res.erased.numel()), dict(res.located)

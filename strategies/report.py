@@ -35,7 +35,9 @@ class RoundReport:
     errors
         Silo -> why its reply was refused or what it refused.
     suspects
-        Silos whose replies are inconsistent, when the protocol can tell.
+        Silos whose replies are inconsistent, when the protocol can tell (in a completed round:
+        silos dropped from S after accusations, and silos beyond the drift tolerance where
+        their group had no majority: their coordinates were erased).
     accused
         Silo -> what another silo reported about it (a share that failed authentication). The
         accusing silo could forge this: it is a lead, not a proof.
@@ -143,6 +145,9 @@ class RoundReport:
                 f"; silo(s) {list(self.offenders)} overruled beyond the drift tolerance: left "
                 "out of the next rounds"
             )
+        unsettled = [s for s in self.suspects if s not in self.offenders]
+        if unsettled and self.erased:
+            out += f"; beyond the drift tolerance with no majority: silo(s) {unsettled}"
         if self.excluded:
             out += f"; left out: silo(s) {list(self.excluded)}"
         return out
