@@ -284,14 +284,7 @@ def test_a_silo_off_where_its_group_agrees_is_overruled_named_and_left_out():
 
 def _five_silos(seed: int = 2) -> tuple[ProtocolConfig, Harness]:
     # n = 5, s = 1: groups {0, 1, 2} and {3, 4}; extra_replies=1 waits for all five uploads
-    cfg = ProtocolConfig(
-        num_silos=5,
-        num_stragglers=1,
-        privacy_threshold=1,
-        vector_length=500,
-        masking="aligned",
-        extra_replies=1,
-    )
+    cfg = _config("aligned", n=5, s=1, d=500, extra=1)
     h = Harness(cfg, seed=seed)
     h.setup()
     for r in (1, 2):
@@ -358,15 +351,7 @@ def _crafted(silo_rows: int = 0, element: int = 3):
 @pytest.mark.parametrize("bad", [0, 2, 7])
 def test_a_crafted_recovery_reply_is_located_left_out_and_the_sum_stays_exact(bad):
     # shared masks, every survivor answers: 8 replies for U = 5, three checks locate one wrong
-    cfg = ProtocolConfig(
-        num_silos=8,
-        num_stragglers=3,
-        privacy_threshold=1,
-        vector_length=300,
-        masking="shares",
-        code="repetition",
-        extra_replies=3,
-    )
+    cfg = _config("shares", n=8, s=3, d=300, extra=3)
     h = Harness(cfg, seed=4)
     h.setup()
     res = h.run_round(1, {bad: Silo(forge_recovery=_crafted())}).result
@@ -378,14 +363,8 @@ def test_a_crafted_recovery_reply_is_located_left_out_and_the_sum_stays_exact(ba
 
 
 def test_a_crafted_recovery_reply_with_one_check_aborts_and_never_applies_a_wrong_sum():
-    cfg = ProtocolConfig(
-        num_silos=6,
-        num_stragglers=1,
-        privacy_threshold=1,
-        vector_length=300,
-        masking="shares",
-        code="repetition",
-        extra_replies=1,
+    cfg = _config(
+        "shares", n=6, s=1, d=300, extra=1
     )  # U = n - s = 5, all 6 answer: one check detects, cannot locate
     h = Harness(cfg, seed=4)
     h.setup()
@@ -418,15 +397,7 @@ def test_a_copied_public_key_is_refused_and_changes_nothing():
 def test_with_shared_masks_every_group_is_compared_when_extra_uploads_came(bad):
     # found by the adversary benchmark: comparing only |S| - (n - s) pairs left the third
     # group's reference (silo 7) unchecked, and its wrong replica moved the sum unseen
-    cfg = ProtocolConfig(
-        num_silos=10,
-        num_stragglers=2,
-        privacy_threshold=1,
-        vector_length=300,
-        masking="shares",
-        code="repetition",
-        extra_replies=2,
-    )
+    cfg = _config("shares", n=10, s=2, d=300, extra=2)
     h = Harness(cfg, seed=3)
     h.setup()
     res = h.run_round(1, {bad: Silo(tamper=_shift(0.5, [5, 6, 7]))}).result
