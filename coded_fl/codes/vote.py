@@ -51,7 +51,7 @@ from coded_fl.codes.resolve import Resolution, finish
 from coded_fl.errors import InputError
 from coded_fl.field import PrimeField
 
-__all__ = ["vote", "vote_rows"]
+__all__ = ["sparse_comparisons", "vote", "vote_rows"]
 
 #: Coordinates voted on at once (bounds the temporary arrays: members x chunk int64).
 _CHUNK = 1 << 18
@@ -191,6 +191,25 @@ def vote(
     )
 
 
+def sparse_comparisons(sums: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
+    """(diffs, cols) for :func:`vote` from whole rows: ``sums`` is ``(1 + c) x D``, row 0 the
+    decoded sum, rows 1.. the comparisons; cols are the coordinates where some comparison is
+    nonzero, diffs (``int64``) the comparisons there.
+
+    Parameters
+    ----------
+    sums
+        The unmasked weight rows.
+
+    Returns
+    -------
+    tuple[numpy.ndarray, numpy.ndarray]
+    """
+    rows = sums.detach().cpu().numpy()[1:]
+    cols = np.flatnonzero(rows.any(axis=0)) if rows.shape[0] else np.empty(0, np.int64)
+    return rows[:, cols].astype(np.int64), cols
+
+
 def vote_rows(
     field: PrimeField,
     sums: torch.Tensor,
@@ -206,7 +225,5 @@ def vote_rows(
     """
     if sums.ndim != 2 or sums.shape[0] != 1 + len(pairs):
         raise InputError(f"vote needs 1 + {len(pairs)} rows of sums, got shape {tuple(sums.shape)}")
-    rows = sums.detach().cpu().numpy()
-    cols = np.flatnonzero(rows[1:].any(axis=0)) if len(pairs) else np.empty(0, np.int64)
-    diffs = rows[1:, cols].astype(np.int64)
+    diffs, cols = sparse_comparisons(sums)
     return vote(field, sums[0], diffs, cols, pairs, tolerance=tolerance, bound=bound, exact=exact)

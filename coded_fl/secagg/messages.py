@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 import numpy as np
 import torch
 
+from coded_fl.codes.repetition import GroupCode
 from coded_fl.crypto import KEY_BYTES, SEAL_OVERHEAD
 from coded_fl.errors import InputError, RemoteProtocolError
 from coded_fl.secagg.aligned import EDGE_KEY_BYTES
@@ -277,9 +278,8 @@ class Limits:
         Limits
         """
         m = cfg.sharing.piece_length
-        code = cfg.gradient_code
-        groups = getattr(code, "groups", None)  # a group code compares its members
-        comparisons = cfg.n - len(groups) if groups is not None else 0
+        code = cfg.gradient_code  # a group code compares every member with its reference
+        comparisons = cfg.n - len(code.groups) if isinstance(code, GroupCode) else 0
         return cls(
             silos=cfg.n,
             min_survivors=cfg.n - cfg.s,

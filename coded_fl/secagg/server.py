@@ -51,7 +51,7 @@ import torch
 
 from coded_fl.codes.repetition import GroupCode
 from coded_fl.codes.resolve import Resolution, resolve
-from coded_fl.codes.vote import vote
+from coded_fl.codes.vote import sparse_comparisons, vote
 from coded_fl.crypto import SEAL_OVERHEAD, check_public_key
 from coded_fl.errors import (
     ConfigurationError,
@@ -146,6 +146,8 @@ class _Round:
     excluded: tuple[int, ...] = ()  # convicted silos dropped from S in this round
     barred: frozenset[int] = frozenset()  # convicted in the previous round: upload refused
     masked: torch.Tensor | None = None  # sum_uploads(): the weighted masked sums over S
+    # a group code's comparisons in the weight rows after row 0 (None: another code's checks)
+    pairs: tuple[tuple[int, int], ...] | None = None
     # a group-masked round's comparisons where nonzero (diffs, cols), found without forming them
     compared: tuple[np.ndarray, np.ndarray] | None = None
     aligned: bool = False  # group-masked round: no recovery stage (masks cancel)
@@ -601,18 +603,25 @@ class ServerMachine:
             )
         self.stage = ServerStage.RECOVERING
         if rnd.aligned:  # the group masks cancel in every weight row: nothing to recover
-            rows = weight_rows(cfg, survivors, group_masked=True)
-            rnd.survivors, rnd.weights, rnd.masked = survivors, rows, None
+            self._fix_survivors(rnd, survivors)
             return []
         return self._recovery_requests(rnd, survivors, survivors)
+
+    def _fix_survivors(self, rnd: _Round, survivors: tuple[int, ...]) -> np.ndarray:
+        """Fix S: its weight rows and (a group code) the comparisons they make; any sum of the
+        uploads over an earlier S is dropped. Returns the weight rows."""
+        cfg = self.config
+        rnd.survivors, rnd.masked, rnd.compared = survivors, None, None
+        rnd.weights = weight_rows(cfg, survivors, group_masked=rnd.aligned)
+        rnd.pairs = comparison_pairs(cfg, survivors, group_masked=rnd.aligned)
+        return rnd.weights
 
     def _recovery_requests(
         self, rnd: _Round, survivors: tuple[int, ...], ask: Sequence[int]
     ) -> list[RecoveryRequest]:
         """Fix S = ``survivors`` (its weight rows) and ask the silos ``ask`` for their sums."""
         cfg = self.config
-        rows = weight_rows(cfg, survivors)
-        rnd.survivors, rnd.weights, rnd.masked = survivors, rows, None
+        rows = self._fix_survivors(rnd, survivors)
         weights = tuple(tuple(int(v) for v in row) for row in rows)
         keys = tuple(self.roster[i] for i in survivors)
         requests = []
@@ -780,8 +789,7 @@ class ServerMachine:
             # row 0 (the decoding vector reads one reference per group); the comparisons
             # are checked in one pass and formed only where replicas differ
             rnd.masked = cfg.field.matmul(_weights(rnd)[:1], uploads)
-            pairs = comparison_pairs(cfg, rnd.survivors, group_masked=True) or ()
-            rnd.compared = code.differences(rnd.survivors, pairs, uploads)
+            rnd.compared = code.differences(rnd.survivors, rnd.pairs or (), uploads)
         else:
             rnd.masked = cfg.field.matmul(_weights(rnd), uploads)
 
@@ -914,7 +922,7 @@ class ServerMachine:
         cfg = self.config
         quant = cfg.quantization
         bound = quant.num_summands * quant.max_abs
-        pairs = comparison_pairs(cfg, rnd.survivors, group_masked=rnd.aligned)
+        pairs = rnd.pairs
         code = cfg.gradient_code
         if pairs is None or not isinstance(code, GroupCode):
             e = sums.shape[0] - 1
@@ -922,9 +930,7 @@ class ServerMachine:
         if rnd.compared is not None:  # a group-masked round: found in sum_uploads
             diffs, cols = rnd.compared
         else:  # recovered rows: the comparisons in full
-            rows = sums.detach().cpu().numpy()
-            cols = np.flatnonzero(rows[1:].any(axis=0)) if pairs else np.empty(0, np.int64)
-            diffs = rows[1:, cols].astype(np.int64)
+            diffs, cols = sparse_comparisons(sums)
         total = sums[0]
         groups: list[int] = []
         for ref, _ in pairs:
