@@ -227,6 +227,7 @@ def _strategy() -> CodedSecAgg:
         evaluate_timeout=0.1,
         poll_interval=0.001,
         progress=lambda r: None,
+        max_aborted_rounds=0,  # every planned round runs, whatever the faults did to earlier ones
     )
 
 
