@@ -314,7 +314,9 @@ def _train_partitions(
         raise RemoteProtocolError(f"train request lacks the model under '{spec.arrays_key}'")
     model = msg.content[spec.arrays_key]
     theta = flatten(model)
-    lay = UpdateLayout(model_size=theta.numel(), metric_keys=spec.metric_keys)
+    lay = UpdateLayout(
+        model_size=theta.numel(), metric_keys=spec.metric_keys, scale=cfg.quantization.scale
+    )
     if cfg.vector_length != lay.length:
         raise ConfigurationError(
             f"protocol vector_length={cfg.vector_length} but the model has {lay.describe()}"

@@ -39,6 +39,7 @@ import numpy as np
 from coded_fl.errors import RemoteProtocolError
 
 __all__ = [
+    "CLIP_WIDENING",
     "DATA_STORE_NODE_KEY",
     "FRAME_ARRAY",
     "INFO_KEY",
@@ -116,6 +117,11 @@ FRAME_ARRAY = "msg"
 
 #: The largest :attr:`TrainSpec.delta_scale` (a clip range 2^16 times the configured one).
 MAX_DELTA_SCALE = 2.0**16
+
+#: How much the server widens (or narrows) the clip range in one step, through the delta
+#: scale (2 bits); a silo flags a partition with an entry beyond c / CLIP_WIDENING, so the
+#: server knows whether a narrower range would clip.
+CLIP_WIDENING = 4.0
 
 
 def is_ours(key: str) -> bool:

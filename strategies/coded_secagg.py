@@ -20,6 +20,7 @@ reference, one public surface kept in one place) and ``start``/``prepare``.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import secrets
@@ -38,7 +39,7 @@ from coded_fl.quantize import QuantizationConfig, check_clip_range, check_positi
 from coded_fl.secagg import ProtocolConfig, ServerMachine
 from coded_fl.secagg.policy import MIN_SCALE
 from coded_fl.secagg.server import DRIFT_TOLERANCE
-from coded_fl.vocabulary import TrainSpec
+from coded_fl.vocabulary import MAX_DELTA_SCALE, TrainSpec
 
 from .composable import calibrate_noise, chain_attr, check_composable, legacy_advice
 from .driver import RoundDriver
@@ -79,12 +80,31 @@ class CodedSecAgg(Strategy):
         c: each entry of :math:`(w_k/W)(\\theta_k - \\theta)` is clipped to this range (times
         the round's delta scale g with ``adaptive_clip``).
     adaptive_clip
-        Default True: after a round whose decoded sum says some entry was clipped, the round
-        is discarded and rerun at once with the range g c four times wider (g a power of two
-        sent with the train request, at most 2^16), and g stays there: the aggregate is
-        never clipped, at the cost of one more local training in such a round and a quantization
-        step g times coarser. The server learns only that clipping happened (the clip rate is
-        part of the sum already). False: clip, and warn when more than 0.1 % of entries clip.
+        Default True: after a round whose decoded sum says that at least ``clip_quorum``
+        partitions had an entry beyond the clip range, the round is discarded and rerun at
+        once with the range g c four times wider (g a power of two sent with the train
+        request, up to ``max_clip_range``), at the cost of one more local training in such a
+        round and a quantization step g times coarser. Fewer partitions: the round is applied
+        clipped, with a warning that names the count. After a completed round in which fewer
+        than ``clip_quorum`` partitions had an entry beyond a quarter of the range, the next
+        round uses a range four times narrower (never below ``clip_range``). The silos report
+        exact counts (``docs/protocol.md``, "Adaptive clip range"): the server learns how
+        many partitions clipped, how many exceeded a quarter of the range, and how many
+        entries clipped. False: clip, and warn when more than 0.1 % of entries clip.
+    clip_quorum
+        Partitions that must report an entry beyond the clip range before it widens (an int
+        >= 1, at most K). Default: one more than the most partitions one silo holds (s + 2
+        with the default codes), at most K. A silo holds s + 1 partitions and reports for each
+        of them; where its group's vote does not compare it (a group of two, or a round that
+        closes on exactly n - s uploads) nothing overrules those reports, so with a smaller
+        quorum one silo whose training returns huge values could widen the range for every
+        silo (each widening makes every later round's step four times coarser). Honest
+        clipping after a large learning rate reaches most partitions and still widens. With
+        T colluding silos to resist, set it above T (s + 1).
+    max_clip_range
+        The widest range the adaptation may reach (default ``clip_range`` x 2^16, the widest
+        a silo accepts); the range used is ``clip_range`` times the largest power of two g
+        with ``clip_range`` x g <= ``max_clip_range``. A finite number >= ``clip_range``.
     scale
         Quantization scale; default the finest that cannot wrap around (with headroom).
     max_weight
@@ -158,6 +178,8 @@ class CodedSecAgg(Strategy):
         num_silos: int | None = None,
         clip_range: float = 1.0,
         adaptive_clip: bool = True,
+        clip_quorum: int | None = None,
+        max_clip_range: float | None = None,
         scale: float | None = None,
         max_weight: float | None = None,
         metric_keys: Iterable[str] = (),
@@ -226,6 +248,14 @@ class CodedSecAgg(Strategy):
                 f"max_weight must be a finite number > 0 or None (automatic), got {max_weight!r}"
             )
         check_clip_range(clip_range)
+        self.max_delta_scale = _max_delta_scale(clip_range, max_clip_range)
+        if clip_quorum is not None and (
+            isinstance(clip_quorum, bool) or not isinstance(clip_quorum, int) or clip_quorum < 1
+        ):
+            raise ConfigurationError(
+                f"clip_quorum must be an int >= 1 (partitions) or None (automatic), got "
+                f"{clip_quorum!r}"
+            )
         if scale is not None:
             check_positive_real("scale", scale)
         if code not in _CODES:
@@ -246,6 +276,8 @@ class CodedSecAgg(Strategy):
         self.num_silos = num_silos
         self.clip_range = clip_range
         self.adaptive_clip = bool(adaptive_clip)
+        self.clip_quorum = clip_quorum
+        self.max_clip_range = clip_range * self.max_delta_scale
         self.scale = scale
         self.code = code
         self.masking = masking
@@ -277,9 +309,11 @@ class CodedSecAgg(Strategy):
         self._driver: RoundDriver | None = None
         if num_silos is not None:  # validate the settings now, before any node is contacted
             try:
-                quant = self._config(num_silos, vector_length=1, run_id="check").quantization
+                checked = self._config(num_silos, vector_length=1, run_id="check")
             except ConfigurationError as exc:
                 raise self._too_few(num_silos) or exc from None
+            quant = checked.quantization
+            self._quorum(checked.gradient_code)
         else:  # the quantization at the fewest silos the settings allow (K = n; more is coarser)
             k = self.min_silos()
             if scale is None:
@@ -558,6 +592,8 @@ class CodedSecAgg(Strategy):
             )
         except ConfigurationError as exc:
             raise self._too_few(n) or exc from None
+        # the clip counts travel as multiples of a unit fixed by the quantization scale
+        lay = dataclasses.replace(lay, scale=cfg.quantization.scale)
         LOG.info("[coded-fl] %s", cfg.describe())
         LOG.info("[coded-fl] training seeds and rounding keys derive from %r", cfg.seed_id)
         LOG.info(
@@ -573,6 +609,7 @@ class CodedSecAgg(Strategy):
                 max_erased_fraction=self.max_erased_fraction,
                 drift_tolerance=self.drift_tolerance,
                 weight_coordinate=lay.weight_index,
+                exact_coordinates=lay.flag_indices,
             ),
             node_of=dict(enumerate(nodes)),
             limit=float(timeout),
@@ -580,11 +617,27 @@ class CodedSecAgg(Strategy):
         )
         self._run = state
         calibrate_noise(self.strategy, cfg.gradient_code.K)
-        self._driver = RoundDriver(self._settings(), grid, state)
+        self._driver = RoundDriver(self._settings(cfg.gradient_code), grid, state)
         return self._driver
 
-    def _settings(self) -> RunSettings:
+    def _quorum(self, code: GradientCode) -> int:
+        """The clip quorum for ``code``: the setting, or one more than the most partitions
+        one silo holds (at most K)."""
+        K = code.K
+        if self.clip_quorum is None:
+            held = max(len(code.support(i)) for i in range(code.n))
+            return min(K, held + 1)
+        if self.clip_quorum > K:
+            raise ConfigurationError(
+                f"clip_quorum={self.clip_quorum} exceeds the K={K} partitions: the clip range "
+                f"could never widen; set clip_quorum <= {K} (or None: automatic)"
+            )
+        return self.clip_quorum
+
+    def _settings(self, code: GradientCode) -> RunSettings:
         return RunSettings(
+            clip_quorum=self._quorum(code),
+            max_delta_scale=self.max_delta_scale,
             strategy=self.strategy,
             spec=self.spec,
             extra_replies=self.extra_replies,
@@ -651,6 +704,33 @@ class CodedSecAgg(Strategy):
         """(seconds the latest run's rounds took, seconds they would have taken waiting for
         every silo); see :func:`strategies.report.waiting_estimate`."""
         return waiting_estimate(self.reports, self.late_train, round_timeout=self.round_timeout)
+
+
+def _max_delta_scale(clip_range: float, max_clip_range: object) -> float:
+    """The largest delta scale g (a power of two, at most 2^16) with c g <= ``max_clip_range``.
+
+    Raises
+    ------
+    ConfigurationError
+        Naming ``max_clip_range`` unless it is None or a finite number in [c, c 2^16].
+    """
+    if max_clip_range is None:
+        return MAX_DELTA_SCALE
+    widest = clip_range * MAX_DELTA_SCALE
+    if not (
+        _is_real(max_clip_range)
+        and math.isfinite(max_clip_range)  # type: ignore[arg-type]
+        and clip_range <= max_clip_range <= widest  # type: ignore[operator]
+    ):
+        raise ConfigurationError(
+            f"max_clip_range must be a finite number in [clip_range, clip_range x 2^16] = "
+            f"[{clip_range:g}, {widest:g}] (the widest range a silo accepts) or None, got "
+            f"{max_clip_range!r}"
+        )
+    g = 1.0
+    while g < MAX_DELTA_SCALE and clip_range * g * 2 <= max_clip_range:  # type: ignore[operator]
+        g *= 2
+    return g
 
 
 def _is_real(value: object) -> bool:

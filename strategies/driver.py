@@ -38,7 +38,7 @@ from coded_fl.errors import ConfigurationError, DecodingError, RunAbortedError
 from coded_fl.layout import flatten
 from coded_fl.secagg import RoundAborted, RoundResult
 from coded_fl.secagg.messages import RecoveryReply, Upload
-from coded_fl.vocabulary import MAX_DELTA_SCALE, MSG_KEY, TRAIN_KEY
+from coded_fl.vocabulary import CLIP_WIDENING, MSG_KEY, TRAIN_KEY
 
 from .exchange import Exchange
 from .membership import Membership
@@ -53,8 +53,6 @@ __all__ = ["RoundDriver"]
 LOG = logging.getLogger("flwr")
 #: Above this weighted fraction of clipped update entries a round warns.
 CLIP_WARNING = 1e-3
-#: With ``adaptive_clip``, how much a round that clipped widens the clip range (2 bits).
-CLIP_WIDENING = 4.0
 
 
 def _numbers(record: MetricRecord) -> dict[str, float]:
@@ -226,24 +224,55 @@ class RoundDriver:
         return True
 
     def _widen_clip_range(self, r: int, report: RoundReport) -> bool:
-        """After an attempt whose decoded sum says entries were clipped (with
-        ``adaptive_clip``; :meth:`apply` then discarded it before the wrapped strategy saw it,
-        so the model is unchanged): widen the clip range four times (the delta scale g) and say
-        so; False when nothing clipped or g is at its largest."""
-        st, clipped = self.state, report.clipped_fraction
-        if not (self.settings.adaptive_clip and clipped > 0 and st.delta_scale < MAX_DELTA_SCALE):
+        """After an attempt whose decoded sum says that at least ``clip_quorum`` partitions
+        had an entry beyond the clip range (with ``adaptive_clip``; :meth:`apply` then
+        discarded it before the wrapped strategy saw it, so the model is unchanged): widen the
+        clip range four times (the delta scale g, at most ``max_clip_range``) and say so;
+        False otherwise."""
+        st, settings = self.state, self.settings
+        if not (
+            settings.adaptive_clip
+            and report.clipped_partitions >= settings.clip_quorum
+            and st.delta_scale < settings.max_delta_scale
+        ):
             return False
-        st.delta_scale = min(MAX_DELTA_SCALE, st.delta_scale * CLIP_WIDENING)
+        st.delta_scale = min(settings.max_delta_scale, st.delta_scale * CLIP_WIDENING)
         LOG.info(
-            "[coded-fl] round %d: %.3g%% of the update entries would have been clipped: clip "
-            "range widened to %g, round rerun (protocol round %d)",
+            "[coded-fl] round %d: %d of %d partitions had update entries beyond the clip "
+            "range (%d entries, clip_quorum=%d): clip range widened to %g, round rerun "
+            "(protocol round %d)",
             r,
-            100 * clipped,
+            report.clipped_partitions,
+            st.config.gradient_code.K,
+            round(report.clipped_fraction * st.config.gradient_code.K * st.layout.model_size),
+            settings.clip_quorum,
             st.config.clip_range * st.delta_scale,
             r + st.round_offset + 1,
         )
         st.round_offset += 1
         return True
+
+    def _narrow_clip_range(self, report: RoundReport, wide: int | None) -> None:
+        """After a completed round in which fewer than ``clip_quorum`` partitions had an entry
+        beyond a quarter of the clip range (``wide``; None: erased, unknown): the next round
+        uses a range four times narrower, never below ``clip_range``. No rerun."""
+        st, settings = self.state, self.settings
+        if not settings.adaptive_clip or st.delta_scale <= 1 or wide is None:
+            return
+        if wide >= settings.clip_quorum:
+            return
+        st.delta_scale = max(1.0, st.delta_scale / CLIP_WIDENING)
+        report.next_clip_range = st.config.clip_range * st.delta_scale
+        LOG.info(
+            "[coded-fl] round %d: %d of %d partitions had update entries beyond a quarter of "
+            "the clip range %g (clip_quorum=%d): clip range narrowed to %g for the next round",
+            report.round,
+            wide,
+            st.config.gradient_code.K,
+            report.clip_range,
+            settings.clip_quorum,
+            report.next_clip_range,
+        )
 
     # ------------------------------------------------------------------ one round
     def train_round(
@@ -380,45 +409,37 @@ class RoundDriver:
         report.within_tolerance, report.offenders = res.within_tolerance, res.offenders
         report.excluded = tuple(sorted(st.machine.excluded - set(res.offenders)))
         _warn_disagreement(report, st.layout.length)
+        K = st.config.gradient_code.K
         try:
             decoded = st.layout.unpack(
                 res.total,
                 clip_range=st.config.clip_range,
                 erased=res.erased.tolist(),
                 delta_scale=st.delta_scale,
+                num_partitions=K,
             )
         except DecodingError as exc:
             report.reason = str(exc)
             report.seconds = time.monotonic() - t0
             return report
         report.clipped_fraction = decoded.clipped_fraction
+        # an erased flag (replicas disagreed on it) is unknown: it widens nothing
+        clipped = decoded.clipped_partitions
+        report.clipped_partitions = -1 if clipped is None else clipped
         report.clip_range = st.config.clip_range * st.delta_scale
-        if (
-            self.settings.adaptive_clip
-            and decoded.clipped_fraction > 0
-            and st.delta_scale < MAX_DELTA_SCALE
-        ):
-            # not ok, with clipped_fraction > 0: fit_round widens the range and reruns
+        quorum = self.settings.clip_quorum
+        widen = (clipped or 0) >= quorum and st.delta_scale < self.settings.max_delta_scale
+        if self.settings.adaptive_clip and widen:
+            # not ok, with clipped_partitions >= quorum: fit_round widens the range and reruns
             report.reason = (
-                f"{100 * decoded.clipped_fraction:.3g}% of the update entries were clipped to "
-                f"{report.clip_range:g}"
+                f"{clipped} of {K} partitions had update entries clipped to {report.clip_range:g}"
             )
             report.seconds = time.monotonic() - t0
             return report
         theta = flatten(arrays)
         new = unflatten(theta + decoded.mean_delta.to(theta.dtype), arrays)
         report.total_weight = decoded.total_rho * st.weight_bound
-        if decoded.clipped_fraction > CLIP_WARNING:
-            LOG.warning(
-                "[coded-fl] round %d: %.3g%% of the update entries were clipped to %g (the "
-                "aggregate differs from plain FedAvg there): %s",
-                report.round,
-                100 * decoded.clipped_fraction,
-                report.clip_range,
-                "raise clip_range or lower the learning rate"
-                if st.delta_scale >= MAX_DELTA_SCALE
-                else "set adaptive_clip=True, raise clip_range or lower the learning rate",
-            )
+        self._warn_clipped(report, decoded.clipped_entries, K)
         metrics: dict[str, int | float | list[int] | list[float]] = {
             spec.weight_key: report.total_weight,
             **decoded.metrics,
@@ -436,8 +457,45 @@ class RoundDriver:
         report.arrays = keep_layout(agg_arrays, arrays)
         report.train_metrics = agg_metrics
         report.metrics.update(decoded.metrics)
+        self._narrow_clip_range(report, decoded.wide_partitions)
         report.seconds = time.monotonic() - t0
         return report
+
+    def _warn_clipped(self, report: RoundReport, entries: int | None, K: int) -> None:
+        """Say that an applied round was clipped: with ``adaptive_clip`` whenever a partition
+        clipped (fewer than the quorum, or the range at ``max_clip_range``), naming the count;
+        without it above :data:`CLIP_WARNING` of the entries."""
+        st, settings = self.state, self.settings
+        if not settings.adaptive_clip:
+            if report.clipped_fraction > CLIP_WARNING:
+                LOG.warning(
+                    "[coded-fl] round %d: %.3g%% of the update entries were clipped to %g (the "
+                    "aggregate differs from plain FedAvg there): set adaptive_clip=True, raise "
+                    "clip_range or lower the learning rate",
+                    report.round,
+                    100 * report.clipped_fraction,
+                    report.clip_range,
+                )
+            return
+        if report.clipped_partitions <= 0:
+            return
+        why = (
+            f"the range is at max_clip_range={settings.max_delta_scale * st.config.clip_range:g}"
+            if st.delta_scale >= settings.max_delta_scale
+            else f"fewer than clip_quorum={settings.clip_quorum}: the range stays"
+        )
+        LOG.warning(
+            "[coded-fl] round %d: %d of %d partitions had update entries beyond the clip range "
+            "%g (%s entries, %.3g%%): %s; those entries were clipped (the aggregate differs "
+            "from plain FedAvg there, as a clipping FedAvg would)",
+            report.round,
+            report.clipped_partitions,
+            K,
+            report.clip_range,
+            "?" if entries is None else entries,
+            100 * report.clipped_fraction,
+            why,
+        )
 
     def _stop_if_hopeless(self, report: RoundReport) -> None:
         """Stop the run when more silos refused the round because of a setting than a round can

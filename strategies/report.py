@@ -24,11 +24,19 @@ class RoundReport:
     close_seconds, seconds
         When the upload collection closed and when the round ended (from its start).
     total_weight, clipped_fraction, metrics
-        The decoded total sample weight, the weighted fraction of clipped update entries, and
-        the securely aggregated train metrics.
+        The decoded total sample weight, the fraction of clipped update entries (exact
+        counts over K d entries; each partition's count saturates at
+        :meth:`coded_fl.layout.UpdateLayout.count_cap`), and the securely aggregated train
+        metrics.
+    clipped_partitions
+        Partitions with at least one entry beyond the clip range (an exact count; -1 where
+        replicas disagreed on it and it was erased).
     clip_range
         The clip range the round used: ``clip_range`` times the round's delta scale (it widens
-        after a round that clipped, with ``adaptive_clip``).
+        after a round that clipped at ``clip_quorum`` partitions, with ``adaptive_clip``).
+    next_clip_range
+        The clip range of the next round when this round narrowed it (no partition, or fewer
+        than ``clip_quorum``, had an entry beyond a quarter of it); 0 when unchanged.
     evaluate_metrics, server_metrics
         The wrapped strategy's aggregated client-side evaluation, and ``evaluate_fn``'s
         server-side evaluation, as they are named (no prefix added).
@@ -77,6 +85,8 @@ class RoundReport:
     total_weight: float = 0.0
     clipped_fraction: float = 0.0
     clip_range: float = 0.0
+    clipped_partitions: int = 0
+    next_clip_range: float = 0.0
     metrics: dict[str, float] = field(default_factory=dict)
     evaluate_metrics: dict[str, float] = field(default_factory=dict)
     server_metrics: dict[str, float] = field(default_factory=dict)
@@ -121,7 +131,17 @@ class RoundReport:
             + (f", {acc}" if acc else "")
             + (
                 f", clipped {100 * self.clipped_fraction:.3g}% of entries"
+                + (
+                    f" in {self.clipped_partitions} partition(s)"
+                    if self.clipped_partitions > 0
+                    else ""
+                )
                 if self.clipped_fraction > 0
+                else ""
+            )
+            + (
+                f", clip range narrowed to {self.next_clip_range:g} for the next round"
+                if self.next_clip_range
                 else ""
             )
             + self._replicas()

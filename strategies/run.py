@@ -16,7 +16,7 @@ from flwr.serverapp.strategy import Strategy
 
 from coded_fl.layout import UpdateLayout
 from coded_fl.secagg import ProtocolConfig, ServerMachine
-from coded_fl.vocabulary import TrainSpec
+from coded_fl.vocabulary import MAX_DELTA_SCALE, TrainSpec
 
 from .report import RoundReport
 
@@ -42,7 +42,12 @@ class RunSettings:
     progress
         Called with every :class:`RoundReport`.
     adaptive_clip
-        Raise the round's delta scale g after a round that clipped, and rerun it.
+        Raise the round's delta scale g after a round that clipped at ``clip_quorum``
+        partitions, and rerun it; lower it after a round that would not have clipped at g / 4.
+    clip_quorum
+        Partitions that must report clipping before the range widens.
+    max_delta_scale
+        The largest g the adaptation reaches (``max_clip_range`` / c, a power of two).
     max_aborted_rounds
         Stop the run (:class:`coded_fl.errors.RunAbortedError`) after this many rounds in a row
         aborted; 0: never.
@@ -60,6 +65,8 @@ class RunSettings:
     progress: Callable[[RoundReport], None]
     adaptive_clip: bool = True
     max_aborted_rounds: int = 3
+    clip_quorum: int = 1
+    max_delta_scale: float = MAX_DELTA_SCALE
 
 
 @dataclass

@@ -152,26 +152,30 @@ def max_element(a):
 
 
 @njit(cache=True)
-def weighted_delta(new, theta, out, rho, inv_scale, clip):
+def weighted_delta(new, theta, out, rho, inv_scale, clip, wide):
     """out[i] = ((new[i] - theta[i]) * rho) * inv_scale in float32, in one pass.
 
     ``new`` may be any float dtype (it is rounded to float32 first), ``theta`` and ``out`` are
-    float32; ``rho``, ``inv_scale`` (a power of two) and ``clip`` are float32 scalars, so every
-    operation rounds as torch's float32 ``(new - theta) * rho / g`` does. Returns (NaN/Inf
-    count, count of |out| > clip): the update's checks, without a second read.
+    float32; ``rho``, ``inv_scale`` (a power of two), ``clip`` and ``wide`` are float32
+    scalars, so every operation rounds as torch's float32 ``(new - theta) * rho / g`` does.
+    Returns (NaN/Inf count, count of |out| > clip, count of |out| > wide): the update's checks
+    and clip counts, without a second read.
     """
     r = np.float32(rho)
     g = np.float32(inv_scale)
     c = np.float32(clip)
+    h = np.float32(wide)
     nonfinite = 0
     beyond = 0
+    above = 0
     for i in range(out.size):
         v = ((np.float32(new[i]) - theta[i]) * r) * g
         out[i] = v
         a = abs(v)
         nonfinite += np.int64(not a <= np.float32(3.4028234663852886e38))
         beyond += np.int64(a > c)
-    return nonfinite, beyond
+        above += np.int64(a > h)
+    return nonfinite, beyond, above
 
 
 # --------------------------------------------------------------------------- combinations

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from clients.mod import _limits
-from coded_fl.layout import UpdateLayout
+from coded_fl.layout import EXTRAS, UpdateLayout
 from coded_fl.secagg import ProtocolConfig, RoundResult, ServerMachine
 from coded_fl.secagg.client import ClientMachine
 from coded_fl.secagg.messages import (
@@ -214,7 +214,7 @@ def run_state(machine: ServerMachine) -> RunState:
     """The server adapter's state of a run around ``machine`` (silo i on node 100 + i)."""
     return RunState(
         config=CFG,
-        layout=UpdateLayout(model_size=CFG.vector_length - 2),
+        layout=UpdateLayout(model_size=CFG.vector_length - EXTRAS),
         run_id=CFG.seed_id,
         machine=machine,
         node_of={i: 100 + i for i in range(CFG.n)},

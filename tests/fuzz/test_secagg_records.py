@@ -50,7 +50,7 @@ from tests.fuzz.stages import (
     recording,
 )
 
-MODEL = 10  # model coordinates: d = 12 with the weight and the clip rate
+MODEL = 8  # model coordinates: d = 12 with the weight and the three clip counts
 
 
 @pytest.fixture(autouse=True, scope="module")

@@ -68,7 +68,7 @@ def test_weight_helpers_refuse_bad_values():
             torch.tensor([0.5]), rho=1.0, clip_range=1.0, metrics={"loss": float("nan")}
         )
     with pytest.raises(DecodingError, match="total weight"):
-        lay.unpack(torch.tensor([1.0, 0.0, 0.0]), clip_range=1.0)
+        lay.unpack(torch.tensor([1.0, 0.0, 0.0, 0.0, 0.0]), clip_range=1.0)
 
 
 @pytest.mark.parametrize("g", [1.0, 4.0, 64.0])

@@ -22,7 +22,7 @@ def test_identical_replicas_agree_and_one_moved_coordinate_is_counted() -> None:
     moved[7] += 1e-3  # 4e-4 in the update (rho = 0.4): many quantization steps at h = 0
     diff = _compare(ref, _replica(moved), init, k=0, c=1.0, K=10, max_weight=1000.0)
     assert diff["params_differ"] == diff["update_differ"] == 1
-    assert diff["vector_length"] == 50 + 3  # model, weight, clip rate, train_loss
+    assert diff["vector_length"] == 50 + 5  # model, weight, 3 clip counts, train_loss
     assert diff["quantized"]["0"]["differ"] == 1 and diff["quantized"]["0"]["expected"] == 1.0
     scales = [diff["quantized"][str(h)]["scale"] for h in HEADROOM]
     assert scales == sorted(scales, reverse=True)  # more headroom, coarser scale

@@ -451,8 +451,9 @@ def test_a_round_that_clips_is_rerun_with_a_wider_range_and_matches_fedavg_exact
     # 2 (k + 1): up to 7.8 after weighting, beyond clip_range 1. Round 1 clips at 1 and at 4,
     # is discarded both times (the model unchanged, the wrapped strategy never sees it) and
     # completes at 16; round 2 starts there. FedAvg's average is the mean of 2 (k + 1) = 5.
+    # clip_quorum=1: at 4 only partitions 2 and 3 clip, below the default quorum of 3
     grid = FakeGrid(4, node_config={"test-examples": 1000, "test-step": 2.0})
-    s = _strategy(4)
+    s = _strategy(4, clip_quorum=1)
     with caplog.at_level("INFO", logger="flwr"):
         _start(s, grid, 2)
     assert [r.ok for r in s.reports] == [True, True], [r.reason for r in s.reports]
@@ -473,7 +474,7 @@ def test_a_rerun_round_counts_the_time_of_its_discarded_attempts() -> None:
     # last attempt's 0.1 s (lower bounds from the injected waits; nothing here times the code)
     grid = FakeGrid(4, node_config={"test-examples": 1000, "test-step": 2.0})
     grid.before_push.append(lambda g: time.sleep(0.05))
-    s = _strategy(4)
+    s = _strategy(4, clip_quorum=1)
     _start(s, grid, 2)
     assert [r.round_trips for r in s.reports] == [6, 2]
     assert s.reports[0].seconds >= 0.3 and s.reports[0].close_seconds >= 0.25
