@@ -122,9 +122,7 @@ def test_a_silo_with_huge_values_is_named_by_its_group_and_the_model_is_fedavg()
         ("max_clip_range", "16"),
     ],
 )
-def test_a_bad_clip_setting_is_refused_at_construction_by_name(
-    setting: str, value: object
-) -> None:
+def test_a_bad_clip_setting_is_refused_at_construction_by_name(setting: str, value: object) -> None:
     from coded_fl.errors import ConfigurationError
 
     with pytest.raises(ConfigurationError, match=setting):
