@@ -31,7 +31,7 @@ def _run(strategy: CodedSecAgg, grid: FakeGrid, rounds: int, config: dict[int, d
 
     def before(r: int) -> None:
         for ctx in grid.contexts.values():
-            ctx.node_config.update(config.get(r, {}))  # type: ignore[union-attr]
+            ctx.node_config.update(config.get(r, {}))
 
     init = ArrayRecord({"w": Array(np.zeros(D, dtype=np.float32))})
     strategy.start(grid=grid, initial_arrays=init, num_rounds=rounds, before_round=before)
@@ -126,4 +126,4 @@ def test_a_bad_clip_setting_is_refused_at_construction_by_name(setting: str, val
     from coded_fl.errors import ConfigurationError
 
     with pytest.raises(ConfigurationError, match=setting):
-        faults_strategy(4, **{setting: value})
+        faults_strategy(4, **{setting: value})  # type: ignore[arg-type]
