@@ -181,8 +181,9 @@ class UpdateLayout:
     @property
     def flag_indices(self) -> tuple[int, int]:
         """The coordinates of the flags "an entry beyond c" and "an entry beyond c / 4": 0 or 1
-        in every honest replica that agrees on the entries near the bounds, so the server votes
-        on them exactly."""
+        (one unit :meth:`unit` apart, well within the drift tolerance: replicas that drift
+        across a bound differ by one unit there and are settled by their group's median, never
+        named for it)."""
         return (self.model_size + 2, self.model_size + 3)
 
     @property

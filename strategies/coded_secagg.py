@@ -609,7 +609,6 @@ class CodedSecAgg(Strategy):
                 max_erased_fraction=self.max_erased_fraction,
                 drift_tolerance=self.drift_tolerance,
                 weight_coordinate=lay.weight_index,
-                exact_coordinates=lay.flag_indices,
             ),
             node_of=dict(enumerate(nodes)),
             limit=float(timeout),

@@ -181,11 +181,6 @@ class ServerMachine:
         (the same integer in every honest replica), and its decoded sum scales the tolerance by
         the mean :math:`\\rho`, as the packed updates :math:`\\rho_k (\\theta_k - \\theta)`
         scale with it.
-    exact_coordinates
-        Further coordinates voted with tolerance 0 (the clip flags,
-        :attr:`coded_fl.layout.UpdateLayout.flag_indices`: integers that every honest replica
-        computes alike, which a lone deviating member must not move within the drift
-        tolerance).
     """
 
     def __init__(
@@ -195,7 +190,6 @@ class ServerMachine:
         max_erased_fraction: float = 0.01,
         drift_tolerance: float = DRIFT_TOLERANCE,
         weight_coordinate: int | None = None,
-        exact_coordinates: Sequence[int] = (),
     ) -> None:
         if not 0.0 <= max_erased_fraction < 1.0:
             raise ConfigurationError(
@@ -219,12 +213,6 @@ class ServerMachine:
                 f"{config.vector_length}"
             )
         self.weight_coordinate = weight_coordinate
-        for i in exact_coordinates:
-            if not 0 <= int(i) < config.vector_length:
-                raise ConfigurationError(
-                    f"exact_coordinates holds {i}, outside the vector of {config.vector_length}"
-                )
-        self.exact_coordinates = tuple(int(i) for i in exact_coordinates)
         # silos located as off beyond the drift tolerance: refused for the rest of the session
         self.excluded: frozenset[int] = frozenset()
         self.stage = ServerStage.INIT
@@ -978,7 +966,7 @@ class ServerMachine:
             pairs,
             tolerance=tolerance,
             bound=bound,
-            exact=(*(() if wc is None else (wc,)), *self.exact_coordinates),
+            exact=() if wc is None else (wc,),
         )
         return res, True
 

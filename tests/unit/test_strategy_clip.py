@@ -127,3 +127,19 @@ def test_a_bad_clip_setting_is_refused_at_construction_by_name(setting: str, val
 
     with pytest.raises(ConfigurationError, match=setting):
         faults_strategy(4, **{setting: value})  # type: ignore[arg-type]
+
+
+def test_a_clip_flag_that_differs_by_float_drift_names_nobody() -> None:
+    # n = 6, s = 2, aligned masks, every member compared. rho = 512 / 1024 = 0.5; partition 5
+    # packs 0.5 * 6 * step = 0.2499975, just under c / 4 = 0.25, at silos 3 and 5; silo 4's
+    # replica drifts by 2e-5 (another CPU), which puts it just over: its "beyond c / 4" flag
+    # differs from its group's. Drift, not deviation: no silo is named or left out.
+    n, step = 6, 0.0833325
+    grid = FakeGrid(n, node_config={"test-examples": 512, "test-step": step, "test-offset-4": 2e-5})
+    s = drift_strategy(n, 2)
+    init = ArrayRecord({"w": Array(np.zeros(D, dtype=np.float32))})
+    s.start(grid=grid, initial_arrays=init, num_rounds=2)
+    reports = s.reports
+    assert [r.ok for r in reports] == [True, True], [r.line() for r in reports]
+    assert all(r.offenders == () and r.excluded == () for r in reports), [r.line() for r in reports]
+    assert all(r.within_tolerance > 0 for r in reports)
