@@ -171,6 +171,7 @@ class RoundDriver:
             grid restricted to the run's silos (for the round's evaluation).
         """
         st, ex = self.state, self.exchange
+        st.fit_started.setdefault(r, time.monotonic())
         ex.poll()  # a restarted silo's refusal may come after its round closed
         asked, rekeyed = self.membership.renew(r)
         roster_grid = RosterGrid(self.grid, [st.node_of[i] for i in range(st.config.n)])
@@ -195,7 +196,23 @@ class RoundDriver:
             self._stop_if_hopeless(report)
         report.rekeyed = rekeyed
         report.round_trips += int(asked)
+        report.unawaited = tuple(sorted(st.silent))
+        report.silent = self._silent_since(r - 1)
+        st.silent = frozenset(report.silent)
         return report, roster_grid
+
+    def _silent_since(self, r: int) -> tuple[int, ...]:
+        """Silos the server heard nothing from (no reply in time, late or an error) since round
+        ``r``'s training started: () before round 2. One quiet round is a straggler's (it may
+        answer late); two are a silo that is gone or hangs: it is named, and the next round
+        does not wait for it (still asked: its next reply brings it back)."""
+        st, ex = self.state, self.exchange
+        since = st.fit_started.get(r)
+        if since is None:
+            return ()
+        ex.poll()  # late replies already in count as heard
+        heard = {st.silo_of.get(node) for node in ex.heard_since(since)}
+        return tuple(i for i in range(st.config.n) if i not in heard)
 
     def _raise_weight_bound(self, r: int) -> bool:
         """After a round that more silos refused for the automatic weight bound than a round
@@ -317,10 +334,14 @@ class RoundDriver:
         report.round_trips = 1
         deadline = t0 + min(settings.round_timeout, st.limit)
         extra_until: list[float] = []
+        # the silos worth waiting for: not silent through the last two rounds, not excluded
+        awaited = {st.silo_of[node] for node in ids.values()} - st.silent - machine.excluded
+        answered: set[int] = set()
 
         def on_upload(node: int, reply: Message) -> bool:
             feed(st, st.silo_of[node], reply, Upload, report.errors)
-            if machine.uploads_complete:
+            answered.add(st.silo_of[node])
+            if machine.uploads_complete or (machine.uploads_ready and awaited <= answered):
                 return True
             if len(ids) - len(st.misconfigured) - len(st.weight_refused) < st.config.min_uploads:
                 # too many silos refused because of a setting: no wait can complete the round

@@ -65,6 +65,9 @@ class Exchange:
     #: called with every late reply as it is time-stamped (e.g. to act on a typed refusal)
     on_late: Callable[[LateReply, Message], None] | None = None
     late: list[LateReply] = field(default_factory=list)
+    #: node -> monotonic time of the last reply pulled from it (in time, late or an error):
+    #: when the server last heard from the node at all
+    heard: dict[int, float] = field(default_factory=dict)
     _pending: dict[str, _Pending] = field(default_factory=dict)
     _lingering: dict[str, _Pending] = field(default_factory=dict)
 
@@ -108,6 +111,7 @@ class Exchange:
                 elif mid in wanted and not done:
                     wanted.discard(mid)
                     pending = self._pending.pop(mid)
+                    self.heard[pending.node_id] = time.monotonic()
                     done = bool(on_reply(pending.node_id, reply))
                 elif mid in wanted:  # pulled in the same batch after the stage was done:
                     wanted.discard(mid)  # the SuperLink gave it up, so time-stamp it as late
@@ -160,8 +164,14 @@ class Exchange:
             p.node_id for p in self._lingering.values() if p.stage == stage and p.round == round_
         ]
 
+    def heard_since(self, since: float) -> set[int]:
+        """Nodes the run pulled any reply from (in time, late or an error) at or after the
+        monotonic time ``since``."""
+        return {node for node, at in self.heard.items() if at >= since}
+
     def _record_late(self, mid: str, reply: Message) -> None:
         p = self._lingering.pop(mid)
+        self.heard[p.node_id] = time.monotonic()
         reason = str(reply.error.reason or "") if reply.has_error() else ""
         late = LateReply(
             p.node_id, p.stage, p.round, time.monotonic() - p.started, reply.has_error(), reason

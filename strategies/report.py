@@ -65,6 +65,16 @@ class RoundReport:
         deviating (or broken) silo, left out of the session's later rounds.
     excluded
         Silos left out of this round: overruled in an earlier round of the session.
+    silent
+        Silos the server heard nothing from (no reply in time, late or an error) since the
+        previous round started: gone or hanging. A silo that is silent in one round only is a
+        straggler (it may answer late); two rounds without a word name it here, and the next
+        round does not wait for it (:attr:`unawaited`). It is still sent every request, so it
+        rejoins with its next reply.
+    unawaited
+        Silos this round did not wait for: silent through the two rounds before it. With
+        ``extra_replies`` the round closes once every other silo has answered instead of
+        waiting ``extra_wait`` for them.
     round_trips
         Protocol round trips in this round: a rekey (if any) + train/upload + recovery.
     rekeyed
@@ -100,6 +110,8 @@ class RoundReport:
     off_silos: dict[int, int] = field(default_factory=dict)
     offenders: tuple[int, ...] = ()
     excluded: tuple[int, ...] = ()
+    silent: tuple[int, ...] = ()
+    unawaited: tuple[int, ...] = ()
     round_trips: int = 0
     rekeyed: tuple[int, ...] = ()
     arrays: ArrayRecord | None = field(default=None, repr=False)
@@ -170,6 +182,11 @@ class RoundReport:
             out += f"; beyond the drift tolerance with no majority: silo(s) {unsettled}"
         if self.excluded:
             out += f"; left out: silo(s) {list(self.excluded)}"
+        if self.silent:
+            out += (
+                f"; silent for two rounds: silo(s) {list(self.silent)} (the next round does "
+                "not wait for them)"
+            )
         return out
 
 

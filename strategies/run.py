@@ -107,6 +107,12 @@ class RunState:
         Protocol rounds = Flower round + this: a round rerun with a raised weight bound or
         delta scale takes the next protocol round number (a silo never trains one protocol
         round twice).
+    fit_started
+        Flower round -> monotonic time its training started (the silent-silo rule reads it).
+    silent
+        Silos the server heard nothing from (no reply in time, late or an error) through the
+        last two rounds: the next round does not wait for them beyond what it needs
+        (:attr:`RoundReport.silent`).
     delta_scale
         The delta scale g the rounds use (:attr:`coded_fl.vocabulary.TrainSpec.delta_scale`;
         the effective clip range is g c).
@@ -128,6 +134,8 @@ class RunState:
     misconfigured: dict[int, str] = field(default_factory=dict)
     weight_bound: float = 0.0
     weight_refused: dict[int, int] = field(default_factory=dict)
+    fit_started: dict[int, float] = field(default_factory=dict)
+    silent: frozenset[int] = frozenset()
     round_offset: int = 0
     delta_scale: float = 1.0
 

@@ -364,7 +364,11 @@ class Case:
     @property
     def left_out_from(self) -> int | None:
         """The first round the culprit is left out of (the round after it was overruled)."""
-        found = [r["round"] for r in self.rounds if self.culprit in r["excluded"]]
+        found = [
+            r["round"]
+            for r in self.rounds
+            if self.culprit in r["excluded"] or self.culprit in r["unawaited"]
+        ]
         found += [r["round"] + 1 for r in self.rounds if self.culprit in r["offenders"]]
         return min(found, default=None)
 
@@ -386,6 +390,7 @@ def _row(
         "suspects": culprit in rep.suspects,
         "off_silos": culprit in rep.off_silos,
         "excluded": culprit in rep.excluded,
+        "silent": culprit in rep.silent,
     }
     unresolved = any(culprit in res.unresolved for res, _ in results)
     return {
@@ -405,6 +410,8 @@ def _row(
         "offenders": list(rep.offenders),
         "suspects": list(rep.suspects),
         "excluded": list(rep.excluded),
+        "silent": list(rep.silent),
+        "unawaited": list(rep.unawaited),
         "accused": sorted(rep.accused),
         "accuracy": rep.server_metrics.get("accuracy"),
         "reason": rep.reason[:300],
@@ -628,13 +635,15 @@ def run(report: Report, *, quick: bool) -> None:
         "acted: the culprit's mod changed or withheld something in that round (after it is "
         "left out, a train behaviour still trains and its upload is refused; a recovery "
         "behaviour gets no recovery request).",
-        "named: the culprit is in the round report's offenders, suspects, off_silos or "
-        "excluded. Recorded per round but not counted: 'unresolved' (beyond the tolerance "
+        "named: the culprit is in the round report's offenders, suspects, off_silos, "
+        "excluded or silent (nothing heard from it, not even late, for two rounds: a silo is "
+        "a straggler in its first quiet round, so a silent culprit cannot be named before its "
+        "second). Recorded per round but not counted: 'unresolved' (beyond the tolerance "
         "where its group had no majority: RoundResult.unresolved, which the round report "
         "does not carry), 'straggler' and 'accused' (the silos others accused).",
-        "left out: the first round whose report lists the culprit in excluded (the round "
-        "after the one that named it an offender); rounds_to_leave_out counts from its first "
-        "action.",
+        "left out: the first round whose report lists the culprit in excluded or unawaited (the "
+        "round after the one that named it an offender or silent); rounds_to_leave_out counts "
+        "from its first action.",
         "max_aborted_rounds=0 so that every round is measured (the default, 3, stops a run "
         "after three aborted rounds in a row).",
         "Training is memoised per (seed, partition, model): in one process the replicas of a "

@@ -151,8 +151,12 @@ def test_legacy_fedadam_steps_from_the_plain_average() -> None:
     params, _ = ref.aggregate_fit(1, [(None, res)], [])  # type: ignore[list-item]
     assert params is not None
     expected = parameters_to_ndarrays(params)[0]
-    # Adam's first step is ~eta * sign(avg): the coded average's sign must agree, the size too
-    assert np.abs(_model(ctx) - expected).max() <= 1e-3
+    # Adam's first step is ~eta * sign(avg): the coded average's sign must agree, the size too,
+    # wherever the average lies beyond the quantization error (where |avg| is within it, the
+    # exact sign is not the coded average's to keep: eta * sign flips there, by design)
+    sure = np.abs(avg) > 4 * _bound()
+    assert sure.mean() > 0.9
+    assert np.abs(_model(ctx) - expected)[sure].max() <= 1e-3
     assert np.abs(expected).max() > 0.05
 
 
