@@ -8,4 +8,7 @@ py=${CODED_FL_PYTHON:-${VIRTUAL_ENV:+$VIRTUAL_ENV/bin/python}}
 py=${py:-.venv/bin/python}
 source scripts/env.sh
 if [[ "${TEST_ALL:-0}" == "1" ]]; then sel=(); else sel=(-m "not slow"); fi
-exec "$py" -m pytest "${sel[@]}" "$@"
+# one worker per core (TEST_WORKERS=0: in this process); a module's tests stay on one worker,
+# so its module-scoped fixtures (a Flower simulation, a wheel) run once
+par=(-n "${TEST_WORKERS:-auto}" --dist loadscope)
+exec "$py" -m pytest "${sel[@]}" "${par[@]}" "$@"

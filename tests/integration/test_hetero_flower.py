@@ -16,6 +16,9 @@ import pytest
 
 from simulations.runtime.flower_sim import run_child
 
+# two Flower simulations of the main CNN (2-7 minutes on 2 cores): CI's slow set
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.xdist_group("hetero_flower")]
+
 ARGS = ["--silos", "4", "--s", "1", "--rounds", "3", "--epochs", "2", "--lr", "0.1"]
 ARGS += ["--threads-per-silo", "1,2", "--actors", "1"]
 

@@ -15,7 +15,8 @@ import pytest
 
 from simulations.runtime.flower_sim import run_child
 
-pytestmark = pytest.mark.integration
+# a Flower simulation with a reshuffle (about 50 s): CI's slow set
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
 def test_a_silo_that_misses_the_placement_is_a_straggler_until_the_reshuffle(tmp_path):

@@ -100,6 +100,7 @@ def same(x: np.ndarray, y: np.ndarray) -> bool:
     return bool(np.array_equal(x, y))
 
 
+@pytest.mark.slow  # exhaustive enumeration: 30-90 s on 2 cores; in CI's slow set
 def test_equivocation_reveals_only_the_sum_with_consistent_replicas():
     # n = 3: silo 0 is told {0,1}, silo 1 {1,2}, silo 2 {0,1,2} (and asked the parity row), and
     # silo 0 a second time {0,2} (a silo whose stored state regressed answers again).

@@ -13,6 +13,7 @@ import itertools
 from collections import Counter
 
 import numpy as np
+import pytest
 import torch
 from scipy import stats
 
@@ -89,6 +90,7 @@ def test_exact_view_is_identical_for_inputs_with_the_same_sum():
     assert v1 != exact_view_distribution(cfg, other, [0, 1], None)  # a different sum shows
 
 
+@pytest.mark.slow  # exhaustive enumeration: 30-90 s on 2 cores; in CI's slow set
 def test_exact_view_with_parity_rows_reveals_the_replica_differences_and_nothing_else():
     # p = 11, n = 3, s = 1, T = 1, U = 2, K = 3, all three silos upload (one extra reply), so
     # the recovery answers the decoding row and one parity row; silo 1's replica of its first
@@ -105,6 +107,7 @@ def test_exact_view_with_parity_rows_reveals_the_replica_differences_and_nothing
     assert v1 != exact_view_distribution(cfg, same_a, every, None)  # agreeing replicas
 
 
+@pytest.mark.slow  # exhaustive enumeration: 30-90 s on 2 cores; in CI's slow set
 def test_exact_view_with_a_colluding_silo_reveals_nothing_more():
     # p = 11, n = 4, s = 1, T = 1, U = 2, K = 4: silo 3 colludes with the server; the honest
     # partitions it does not hold get two splits of the same sum.
@@ -217,6 +220,7 @@ def exact_view_derived(
     return {tuple(r): int(k) for r, k in zip(out.tolist(), counts.tolist(), strict=True)}
 
 
+@pytest.mark.slow  # exhaustive enumeration: 30-90 s on 2 cores; in CI's slow set
 def test_exact_view_with_derived_shares_and_a_colluder_is_the_same_for_two_splits():
     # p = 11, n = 4, s = 1, T = 1, U = 2: each silo derives the shares of the two silos of its
     # derived set and sends (sealed, opaque to the server) the other two. The server's view and
