@@ -39,6 +39,8 @@ import hashlib
 import math
 import random
 import time
+from collections.abc import Mapping
+from typing import Any
 
 import blake3
 import numpy as np
@@ -265,16 +267,21 @@ def _seed_everything(seed: int) -> None:
     random.seed(seed)
 
 
-#: BLAKE3's key-derivation context for the model digest (its domain separation).
-MODEL_DIGEST_CONTEXT = "coded-fl 2026-11-25 model digest v4"
+#: BLAKE3's key-derivation context for the inputs digest (its domain separation).
+MODEL_DIGEST_CONTEXT = "coded-fl 2026-11-26 train inputs digest v5"
 
 
 def _model_digest(msg: Message) -> bytes:
-    """BLAKE3 (256 bits, key-derivation mode) of the model as the silo was sent it (each
-    array's name and npy bytes, in name order; no copy): a group mask is bound to it, so
-    replicas sent different models for one round never share a mask. BLAKE3 hashes a 4 MB
-    model in 0.6 ms where SHA-256 takes 2.2 ms (one core, this machine); every member of a
-    group must use the same digest, which the message version (4) enforces."""
+    """BLAKE3 (256 bits, key-derivation mode) of everything the silo's training consumes, as
+    it was sent: the model (each array's name and npy bytes, in name order; no copy), the train
+    spec (``max-weight``, ``delta-scale``, ... under :data:`TRAIN_KEY`) and the user's config
+    record (learning rate, epochs, ...). A group mask is bound to it, so members of a group
+    sent different inputs for one round never share a mask: a server that sent one member
+    ``max-weight`` 1e30 (its update then quantizes to zero) or another learning rate would
+    otherwise read the group's partition sum off the difference of their uploads (issue 29,
+    attack 1). BLAKE3 hashes a 4 MB model in 0.6 ms where SHA-256 takes 2.2 ms (one core, this
+    machine); every member of a group must use the same digest, which the message version (5)
+    enforces."""
     spec = TrainSpec.from_dict(dict(msg.content[TRAIN_KEY].items()))
     h = blake3.blake3(derive_key_context=MODEL_DIGEST_CONTEXT)
     record = msg.content.array_records[spec.arrays_key]
@@ -282,7 +289,21 @@ def _model_digest(msg: Message) -> bytes:
         raw, data = name.encode(), record[name].data
         h.update(len(raw).to_bytes(4, "little") + raw + len(data).to_bytes(8, "little"))
         h.update(data)
+    configs = msg.content.config_records
+    for key in (TRAIN_KEY, spec.config_key):
+        h.update(_config_bytes(key, configs.get(key)))
     return h.digest()
+
+
+def _config_bytes(key: str, record: Mapping[str, Any] | None) -> bytes:
+    """A config record as unambiguous bytes: its key, then each entry (in key order) as its
+    name, the value's type and ``repr`` (exact for floats, ints, strings, bytes and lists of
+    them), each length-prefixed; a missing record differs from an empty one."""
+    parts = [key.encode(), b"-" if record is None else b"+"]
+    for name in sorted(record or ()):
+        value = record[name]  # type: ignore[index]
+        parts += [name.encode(), type(value).__name__.encode(), repr(value).encode()]
+    return b"".join(len(p).to_bytes(4, "little") + p for p in parts)
 
 
 @functools.cache

@@ -31,11 +31,15 @@ partitions it holds (replicas of a partition hold the same data). ``tests/unit/
 test_secagg_aligned.py`` checks this by exact enumeration in a small field, and shows that a
 graph of lower connectivity leaks.
 
-**One mask per (run, round, request, model).** :func:`mask_context` binds the streams to the
-request and to a digest of the model the silo was sent, and to nothing silo-specific: every
-member of a group must derive the same mask. A server that sends replicas different models (to
-subtract their uploads) gets uploads under independent masks; a second upload of the same
-round for the same request and model is the same upload.
+**One mask per (run, round, request, training inputs).** :func:`mask_context` binds the
+streams to the request and to a digest of everything the silo's training consumes, as it was
+sent (the model, the train spec with ``max-weight`` and ``delta-scale``, and the user's config
+record: ``clients.mod._model_digest``), and to nothing silo-specific: every member of a group
+must derive the same mask. A server that sends replicas different inputs (to subtract their
+uploads: a member sent ``max-weight`` 1e30 uploads a zero update, and the difference would be
+the group's partition sum) gets uploads under independent masks
+(``tests/unit/test_server_inputs_bound.py``); a second upload of the same round for the same
+request and inputs is the same upload.
 
 >>> mask_graph(5, 1)  # T = 1: a cycle (2-connected)
 ((0, 1), (0, 4), (1, 2), (2, 3), (3, 4))

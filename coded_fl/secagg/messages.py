@@ -64,8 +64,9 @@ __all__ = [
 ]
 
 MAGIC = b"CFL"
-VERSION = 4  # 2: seed-derived mask shares (context, tags, tokens); 3: group-aligned masks;
-# 4: group masks bound to a BLAKE3 digest of the model (was SHA-256)
+VERSION = 5  # 2: seed-derived mask shares (context, tags, tokens); 3: group-aligned masks;
+# 4: group masks bound to a BLAKE3 digest of the model (was SHA-256); 5: the digest covers the
+# train spec and the user's config record too (clients.mod._model_digest)
 SERVER = -1
 _HEADER = struct.Struct("<3sBB8sQii")
 

@@ -198,7 +198,7 @@ def test_the_mods_seeding_matches_torch_manual_seed() -> None:
     assert torch.equal(want[0], got[0]) and np.array_equal(want[1], got[1]) and want[2] == got[2]
 
 
-def test_the_model_digest_is_blake3_of_the_named_arrays_and_tells_models_apart(
+def test_the_inputs_digest_is_blake3_of_the_arrays_the_spec_and_the_config(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from flwr.supercore.task_identity import TaskIdentity
@@ -206,21 +206,39 @@ def test_the_model_digest_is_blake3_of_the_named_arrays_and_tells_models_apart(
     for name, value in (("_run_id", 7), ("_task_id", 1), ("_node_id", 0)):
         monkeypatch.setattr(TaskIdentity, name, value)  # a Message needs a run, as in a ServerApp
     # the digest a group mask is bound to: BLAKE3 (key-derivation mode) of each array's length-
-    # framed name and npy bytes in name order, recomputed here from its definition
+    # framed name and npy bytes in name order, then of the train spec's and the user's config
+    # records (each entry's name, type and repr, length-framed, in name order), recomputed
+    # here from its definition
     import blake3
     from flwr.app import ConfigRecord, Message, RecordDict
 
     from clients.mod import MODEL_DIGEST_CONTEXT, _model_digest
     from coded_fl.vocabulary import TRAIN_KEY, TrainSpec
 
-    def message(arrays: dict[str, np.ndarray]) -> Message:
-        content = RecordDict(
-            {
-                "arrays": ArrayRecord({k: Array(v) for k, v in arrays.items()}),
-                TRAIN_KEY: ConfigRecord(TrainSpec().to_dict()),  # type: ignore[arg-type]
-            }
-        )
-        return Message(content, dst_node_id=1, message_type="train")
+    spec = TrainSpec().to_dict()
+    user = {"lr": 0.1, "epochs": 2, "name": "cnn"}
+
+    def message(
+        arrays: dict[str, np.ndarray], train: dict | None = None, config: dict | None = user
+    ) -> Message:
+        records: dict = {
+            "arrays": ArrayRecord({k: Array(v) for k, v in arrays.items()}),
+            TRAIN_KEY: ConfigRecord(train or spec),  # type: ignore[arg-type]
+        }
+        if config is not None:
+            records["config"] = ConfigRecord(config)
+        return Message(RecordDict(records), dst_node_id=1, message_type="train")
+
+    def framed(*parts: bytes) -> bytes:
+        return b"".join(len(p).to_bytes(4, "little") + p for p in parts)
+
+    def config_bytes(key: str, record: dict | None) -> bytes:
+        entries = [
+            x
+            for k in sorted(record or {})
+            for x in (k.encode(), type(record[k]).__name__.encode(), repr(record[k]).encode())  # type: ignore[index]
+        ]
+        return framed(key.encode(), b"-" if record is None else b"+", *entries)
 
     model = {"w": np.arange(6, dtype=np.float32), "b": np.ones(2, dtype=np.float32)}
     h = blake3.blake3(derive_key_context=MODEL_DIGEST_CONTEXT)
@@ -228,10 +246,19 @@ def test_the_model_digest_is_blake3_of_the_named_arrays_and_tells_models_apart(
         data = Array(model[name]).data
         raw = name.encode()
         h.update(len(raw).to_bytes(4, "little") + raw + len(data).to_bytes(8, "little") + data)
+    h.update(config_bytes(TRAIN_KEY, dict(ConfigRecord(spec).items())))  # type: ignore[arg-type]
+    h.update(config_bytes("config", user))
     digest = _model_digest(message(model))
     assert digest == h.digest() and len(digest) == 32
     assert _model_digest(message(dict(reversed(list(model.items()))))) == digest  # name order
+    assert _model_digest(message(model, config=dict(reversed(list(user.items()))))) == digest
     changed = {**model, "w": model["w"] + np.float32(1e-6)}
     renamed = {"v": model["w"], "b": model["b"]}
     assert _model_digest(message(changed)) != digest
     assert _model_digest(message(renamed)) != digest
+    # every other input of the training tells the digest apart too (issue 29, attack 1: one
+    # member sent max-weight 1e30 or another delta scale, learning rate or epoch count)
+    for train in ({**spec, "max-weight": 1e30}, {**spec, "delta-scale": 2.0**16}):
+        assert _model_digest(message(model, train=train)) != digest
+    for config in ({**user, "lr": 0.2}, {**user, "epochs": 3}, {**user, "epochs": 2.0}, {}, None):
+        assert _model_digest(message(model, config=config)) != digest
