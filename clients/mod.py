@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import logging
 import math
 import random
 import time
@@ -72,7 +73,14 @@ from coded_fl.secagg.client import (
     refusal_for,
     weight_bound,
 )
-from coded_fl.secagg.messages import KeyRequest, Limits, decode, encode_parts, peek_header
+from coded_fl.secagg.messages import (
+    KeyRequest,
+    Limits,
+    TrainRequest,
+    decode,
+    encode_parts,
+    peek_header,
+)
 from coded_fl.secagg.messages import Message as ProtocolMessage
 from coded_fl.secagg.policy import ClientPolicy
 from coded_fl.vocabulary import (
@@ -90,6 +98,8 @@ from coded_fl.vocabulary import (
 )
 
 from .legacy import from_legacy_reply, is_legacy_reply
+
+LOG = logging.getLogger("flwr")
 
 __all__ = ["coded_secagg_mod", "make_coded_secagg_mod", "partition_seed"]
 
@@ -229,7 +239,11 @@ def _handle(
     machine = _load(context, policy)  # a restarted node has none: it refuses with NEEDS_KEYS
     proto = decode(raw, limits=_limits(machine, raw))
     info: dict[str, float] = {}
+    spec = None
     try:
+        spec = _train_spec(msg) if isinstance(proto, TrainRequest) else None
+        if spec is not None:  # before anything changes: a bound that would reveal more
+            machine.check_weight_bound(spec.max_weight, auto=spec.auto_weight)
         out = machine.receive(proto)
     except RemoteProtocolError as exc:
         refusal = refusal_for(exc, proto)
@@ -237,12 +251,18 @@ def _handle(
             raise
         return _reply(msg, refusal)  # a signal the server acts on; the state is unchanged
     if isinstance(out, TrainTask):
+        if spec is not None:
+            machine.pin_weight_bound(spec.max_weight, auto=spec.auto_weight)
         t0 = time.perf_counter()
         try:
             partials = _train_partitions(msg, context, call_next, out, machine)
-        except WeightBoundError as exc:  # the automatic weight bound is too small: typed
-            return _reply(msg, weight_bound(proto, str(exc), exc.bound))
-        except ConfigurationError as exc:  # a setting the server must hear about, typed
+        except (WeightBoundError, ConfigurationError) as exc:  # a setting: typed refusals
+            # the round is used up before the refusal leaves: asked again, the silo refuses it
+            # as a replay, so the server cannot re-ask one round with other bounds (only the
+            # power of two that holds a partition's weight is ever revealed: docs/protocol.md)
+            _save(context, machine)
+            if isinstance(exc, WeightBoundError):
+                return _reply(msg, weight_bound(proto, str(exc), exc.bound))
             return _reply(msg, misconfigured(proto, str(exc)))
         info["train-seconds"] = time.perf_counter() - t0
         digest = _model_digest(msg) if out.aligned else b""
@@ -253,6 +273,13 @@ def _handle(
         warm_up()  # compile/load the kernels now, not during round 1
     _save(context, machine)
     return _reply(msg, reply, info)
+
+
+def _train_spec(msg: Message) -> TrainSpec | None:
+    """The request's train spec (None without one: the train path says what is missing)."""
+    if TRAIN_KEY not in msg.content:
+        return None
+    return TrainSpec.from_dict(dict(msg.content[TRAIN_KEY].items()))
 
 
 def _seed_everything(seed: int) -> None:
@@ -401,17 +428,28 @@ def _partial(
     if not w > 0:
         raise InputError(f"{who} reported {spec.weight_key}={w}; it must be > 0")
     rho = w / spec.max_weight
+    if rho > 1.0:
+        # the refusal goes to the server: it names the bound, never the weight (the silo's own
+        # log has the weight, for its operator)
+        LOG.warning(
+            "[coded-fl] %s reported %s=%g, more than the weight bound %g",
+            who,
+            spec.weight_key,
+            w,
+            spec.max_weight,
+        )
     if rho > 1.0 and spec.auto_weight:
         bound = 1 << max(0, math.ceil(math.log2(w)))
         raise WeightBoundError(
-            f"{who} reported {spec.weight_key}={w:g}, more than the automatic weight bound "
+            f"a partition holds more examples than the automatic weight bound "
             f"{spec.max_weight:g}: asking for {bound}",
             bound,
         )
     if rho > 1.0:
         raise ConfigurationError(
-            f"{who} reported {spec.weight_key}={w:g}, more than max_weight={spec.max_weight:g}: "
-            f"set max_weight >= {w:g} in coded_fl_flower.CodedSecAgg"
+            f"a partition holds more examples than max_weight={spec.max_weight:g}: raise "
+            "max_weight in coded_fl_flower.CodedSecAgg (the silo's log says how far), or leave "
+            "it unset (automatic)"
         )
     values = {name: float(metrics.get(name, 0.0)) for name in spec.metric_keys}  # type: ignore[arg-type]
     try:

@@ -380,6 +380,13 @@ class TrainSpec:
             raise RemoteProtocolError(
                 f"'{TRAIN_KEY}' record: max-weight must be finite and > 0, got {spec.max_weight}"
             )
+        if spec.auto_weight and math.frexp(spec.max_weight)[0] != 0.5:
+            # the automatic bound moves on powers of two only: a silo's refusals then tell the
+            # server at most the power of two of its partitions' weights, never finer
+            raise RemoteProtocolError(
+                f"'{TRAIN_KEY}' record: an automatic max-weight must be a power of two, got "
+                f"{spec.max_weight}"
+            )
         g = spec.delta_scale
         if not (math.isfinite(g) and 1 <= g <= MAX_DELTA_SCALE and math.frexp(g)[0] == 0.5):
             # a power of two: dividing by it is exact in float32, so replicas stay identical

@@ -283,6 +283,8 @@ class ClientMachine:
         # rounds trained but not yet verified by a recovery, and the floor at or below which
         # every TrainRequest is refused (see on_train_request)
         self.trained: tuple[int, ...] = ()
+        #: the fixed weight bound (max-weight) of the run, once a request named one (0: none yet)
+        self.fixed_weight = 0.0
         self.floor = 0
         self._pairwise: dict[tuple[bytes, int, bytes], bytes] = {}
         self.uploaded: tuple[int, ...] = ()  # rounds uploaded (a second upload is refused)
@@ -467,6 +469,7 @@ class ClientMachine:
             self.roster, self._pairwise, self.edge_keys = {}, {}, {}
             self.round = self.recovered_round = self.floor = 0
             self.trained = self.uploaded = ()
+            self.fixed_weight = 0.0
             self.stage = ClientStage.KEYED
         _, silo, keys = self._identity()
         return KeyReply(
@@ -551,6 +554,46 @@ class ClientMachine:
         self.stage = ClientStage.TRAINING
         self._task = task
         return task
+
+    def check_weight_bound(self, max_weight: float, *, auto: bool) -> None:
+        """Refuse a weight bound that would tell the server more than the power of two of this
+        silo's partition weights: a fixed bound (``auto`` False, the user's ``max_weight``)
+        that differs from the first one of the run. (An automatic bound is a power of two,
+        which :meth:`coded_fl.vocabulary.TrainSpec.from_dict` checks.) Without this, a server
+        could ask round after round with another bound and, from the silo's refusals (a
+        partition above the bound), bisect its ``num-examples``. Call it before the request
+        changes anything; the first fixed bound is remembered by :meth:`on_train_request`'s
+        caller through :meth:`pin_weight_bound`.
+
+        Parameters
+        ----------
+        max_weight
+            The round's weight bound W.
+        auto
+            Whether it is the server's automatic bound.
+
+        Raises
+        ------
+        RemoteProtocolError
+            A fixed bound other than the run's first (blamed on the server).
+        """
+        if not auto and self.fixed_weight and max_weight != self.fixed_weight:
+            raise RemoteProtocolError(
+                f"max-weight {max_weight:g} differs from this run's fixed weight bound "
+                f"{self.fixed_weight:g}: a fixed bound does not change within a run",
+                sender=SERVER,
+            )
+
+    def pin_weight_bound(self, max_weight: float, *, auto: bool) -> None:
+        """Remember the run's fixed weight bound (the first one a request named).
+
+        Parameters
+        ----------
+        max_weight, auto
+            As for :meth:`check_weight_bound`.
+        """
+        if not auto and not self.fixed_weight:
+            self.fixed_weight = float(max_weight)
 
     def _edge_requests(
         self, cfg: ProtocolConfig, silo: int, msg: TrainRequest, roster: dict[int, bytes]
@@ -886,6 +929,7 @@ class ClientMachine:
             "uploaded": list(self.uploaded),
             "floor": self.floor,
             "edges": [[q, h, k.hex()] for (q, h), k in sorted(self.edge_keys.items())],
+            "fixed_weight": self.fixed_weight,
             "task": None,
         }
         task = getattr(self, "_task", None)
@@ -938,6 +982,7 @@ class ClientMachine:
             m.trained = tuple(int(r) for r in state.get("trained", ()))
             m.uploaded = tuple(int(r) for r in state.get("uploaded", ()))
             m.edge_keys = {(int(q), int(h)): bytes.fromhex(k) for q, h, k in state.get("edges", ())}
+            m.fixed_weight = float(state.get("fixed_weight", 0.0))
         except (ValueError, KeyError, TypeError, RemoteProtocolError) as exc:
             raise LocalProtocolError(
                 f"stored client state is unreadable: {type(exc).__name__}"
