@@ -196,6 +196,8 @@ class RoundDriver:
             self._stop_if_hopeless(report)
         report.rekeyed = rekeyed
         report.round_trips += int(asked)
+        report.tolerance = st.config.num_stragglers
+        report.keyless = tuple(i for i in range(st.config.n) if i not in st.machine.roster)
         report.unawaited = tuple(sorted(st.silent))
         report.silent = self._silent_since(r - 1)
         st.silent = frozenset(report.silent)

@@ -21,6 +21,63 @@ __all__ = ["Membership"]
 LOG = logging.getLogger("flwr")
 
 
+def key_failure(
+    keyless: list[int], errors: dict[int, str], node_of: dict[int, int], why: str
+) -> str:
+    """The message of a key exchange that left too few silos with keys: which silos hold no
+    key first, then the most likely cause, then one line per silo (the last line of its
+    error: a ClientApp's traceback goes to the debug log, not here).
+
+    Parameters
+    ----------
+    keyless
+        The silos asked that sent no key.
+    errors
+        Silo -> why its reply failed (silos missing here sent nothing in time).
+    node_of
+        Silo -> node id.
+    why
+        The server machine's reason (how many keys a round needs).
+
+    Returns
+    -------
+    str
+    """
+    for silo, err in sorted(errors.items()):
+        LOG.debug("[coded-fl] key exchange: silo %d failed: %s", silo, err)
+    texts = " ".join(errors.values())
+    if not errors:
+        cause = (
+            "no reply in time: the nodes are not connected or not running the app (raise "
+            "key_timeout if they start slowly)"
+        )
+    elif any(m in texts for m in ("clipping_norm", "_mod")):  # another mod answered first
+        cause = (
+            "their ClientApp does not run coded_fl_flower.coded_secagg_mod first: "
+            "ClientApp(mods=[coded_secagg_mod, ...]) (another mod before it, e.g. a DP "
+            "clipping mod, fails on the key request; put such mods on @app.train(mods=[...]))"
+        )
+    else:
+        cause = (
+            "their ClientApp failed on the key request: most often it lacks "
+            "coded_fl_flower.coded_secagg_mod (ClientApp(mods=[coded_secagg_mod]))"
+        )
+
+    def last_line(text: str) -> str:
+        lines = [x.strip() for x in text.strip().splitlines() if x.strip()]
+        return (lines[-1] if lines else "failed")[:240]
+
+    per_silo = "; ".join(
+        f"silo {s} (node {node_of.get(s, '?')}): "
+        + (last_line(errors[s]) if s in errors else "no reply in time")
+        for s in keyless
+    )
+    return (
+        f"key exchange: silo(s) {keyless} sent no key ({why}). Most likely cause: {cause}. "
+        f"Per silo: {per_silo}"
+    )
+
+
 class Membership:
     """Which node is which silo, and which silos hold keys, for one run.
 
@@ -124,16 +181,8 @@ class Membership:
         try:
             missing = machine.close_key_exchange()
         except CodedFLError as exc:
-            detail = "; ".join(
-                f"silo {s} (node {st.node_of[s]}): {e}" for s, e in sorted(errors.items())
-            )
-            hint = (
-                " A silo that fails the key exchange usually runs a ClientApp without the "
-                "coded-fl mod: use ClientApp(mods=[coded_fl_flower.coded_secagg_mod])."
-                if errors
-                else ""
-            )
-            raise ConfigurationError(f"{exc}. Replies: {detail or 'none in time'}.{hint}") from None
+            keyless = sorted(set(asked) - set(machine.keyed_in_exchange))
+            raise ConfigurationError(key_failure(keyless, errors, st.node_of, str(exc))) from None
         for silo in asked:
             if silo not in missing:  # keyed now: remember when its node was activated
                 st.needs_keys.discard(silo)

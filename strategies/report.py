@@ -65,6 +65,11 @@ class RoundReport:
         deviating (or broken) silo, left out of the session's later rounds.
     excluded
         Silos left out of this round: overruled in an earlier round of the session.
+    tolerance, keyless
+        s, the stragglers a round can do without, and the silos that hold no keys this round
+        (a node without ``coded_secagg_mod``, or one that never answered the key exchange):
+        they never upload, so they use up the tolerance in every round; the line shows what is
+        left (``tolerance left 0 of s=1: silo 3 has no key``).
     silent
         Silos the server heard nothing from (no reply in time, late or an error) since the
         previous round started: gone or hanging. A silo that is silent in one round only is a
@@ -112,6 +117,8 @@ class RoundReport:
     excluded: tuple[int, ...] = ()
     silent: tuple[int, ...] = ()
     unawaited: tuple[int, ...] = ()
+    tolerance: int = 0
+    keyless: tuple[int, ...] = ()
     round_trips: int = 0
     rekeyed: tuple[int, ...] = ()
     arrays: ArrayRecord | None = field(default=None, repr=False)
@@ -138,8 +145,9 @@ class RoundReport:
             )
         return (
             f"[coded-fl] round {self.round}: used {self.replies_used}/{self.silos} replies, "
-            f"skipped {len(self.stragglers)} straggler(s) {list(self.stragglers)}, closed at "
-            f"{self.close_seconds:.2f}s, round {self.seconds:.2f}s"
+            f"skipped {len(self.stragglers)} straggler(s) {list(self.stragglers)}"
+            + self._tolerance()
+            + f", closed at {self.close_seconds:.2f}s, round {self.seconds:.2f}s"
             + (f", {acc}" if acc else "")
             + (
                 f", clipped {100 * self.clipped_fraction:.3g}% of entries"
@@ -160,6 +168,16 @@ class RoundReport:
             + f", {self.round_trips} round trip{'' if self.round_trips == 1 else 's'}"
             + f"{rekeyed}{named}"
         )
+
+    def _tolerance(self) -> str:
+        """The straggler tolerance this round left (only when some of it was used)."""
+        missing = self.silos - self.replies_used
+        if not self.tolerance or missing <= 0:
+            return ""
+        out = f" (tolerance left {max(0, self.tolerance - missing)} of s={self.tolerance}"
+        if self.keyless:
+            out += f": silo(s) {list(self.keyless)} hold no key"
+        return out + ")"
 
     def _replicas(self) -> str:
         out = ""

@@ -313,6 +313,11 @@ class ServerMachine:
         """Key replies accepted in the key exchange under way."""
         return len(self._pending_keys)
 
+    @property
+    def keyed_in_exchange(self) -> tuple[int, ...]:
+        """The silos whose key reply the key exchange under way accepted."""
+        return tuple(sorted(self._pending_keys))
+
     def close_key_exchange(self) -> tuple[int, ...]:
         """Fix the roster (new keys replace old ones); returns the silos that did not answer.
 

@@ -506,3 +506,21 @@ def test_too_few_nodes_for_s_and_t_says_how_many_are_needed() -> None:
     )
     with pytest.raises(ConfigurationError, match=r"2 silos .* need at least 3 .*num_supernodes=3"):
         _start(s, FakeGrid(2), 1)
+
+
+def test_a_clientapp_without_the_mod_is_named_with_the_fix_first() -> None:
+    grid = FakeGrid(4)
+    plain = ClientApp()  # the user forgot ClientApp(mods=[coded_secagg_mod])
+
+    @plain.train()
+    def train(msg: Message, context: Context) -> Message:
+        arrays = msg.content["arrays"]  # a key request has none: KeyError, as a real app does
+        return Message(RecordDict({"arrays": arrays}), reply_to=msg)
+
+    grid.app = plain
+    s = _strategy(4)
+    with pytest.raises(ConfigurationError) as info:
+        _start(s, grid, 1)
+    text = str(info.value)
+    assert text.startswith("key exchange: silo(s) [0, 1, 2, 3] sent no key"), text
+    assert "ClientApp(mods=[coded_secagg_mod])" in text and "Traceback" not in text
