@@ -32,15 +32,17 @@ else
 fi
 "$py" -c 'import sys; sys.exit(sys.version_info < (3, 10))' || { echo "setup: Python >= 3.10 is required ($py)" >&2; exit 1; }
 
-# numba's on-disk cache of the CPU kernels (coded_fl/kernels/__pycache__, keyed by the kernel,
-# its argument types and the source file's time stamp): filled once here, so that no process of a
-# run compiles (a fresh clone's first run otherwise compiles every kernel in every silo at once);
-# filled again when the kernel file changed (an edit between two set-ups also recompiles at run
-# time, once: numba checks the source's time stamp)
+# numba's on-disk cache of the CPU kernels (keyed by the kernel, its argument types and a hash of
+# the source file; in $CODED_FL_KERNEL_CACHE, which scripts/main.sh sets too, so that the
+# ClientApps and the ServerApp's copy of the code from the app bundle share it:
+# coded_fl/kernels/cache.py): filled once here, so that no process of a run compiles (a fresh
+# clone's first run otherwise compiles every kernel in every silo at once); filled again when
+# the kernel file changed (an edit between two set-ups also recompiles at run time, once)
+export CODED_FL_KERNEL_CACHE="${CODED_FL_KERNEL_CACHE:-$root/.kernel-cache}"
 fill_kernel_cache() {
   local kstamp="$root/.codedfl-kernels-stamp" kwant
-  kwant="$("$py" -c 'import sys; print(sys.executable)') $(cat coded_fl/kernels/cpu.py simulations/runtime/kernel_cache.py | sha256sum | cut -c1-16)"
-  if [[ -f "$kstamp" && "$(cat "$kstamp")" == "$kwant" ]] && compgen -G "coded_fl/kernels/__pycache__/cpu.*.nbi" >/dev/null; then
+  kwant="$("$py" -c 'import sys; print(sys.executable)') $CODED_FL_KERNEL_CACHE $(cat coded_fl/kernels/*.py simulations/runtime/kernel_cache.py | sha256sum | cut -c1-16)"
+  if [[ -f "$kstamp" && "$(cat "$kstamp")" == "$kwant" ]] && compgen -G "$CODED_FL_KERNEL_CACHE/cpu.*.nbi" >/dev/null; then
     return 0
   fi
   "$py" -m simulations.runtime.kernel_cache

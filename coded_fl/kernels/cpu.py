@@ -22,7 +22,10 @@ from __future__ import annotations
 
 import numpy as np
 from numba import njit
+from numba.core.registry import CPUDispatcher
 from numba.typed import List
+
+from coded_fl.kernels.cache import share_cache
 
 _M31 = np.uint64(2**31 - 1)
 _S31 = np.uint64(31)
@@ -646,3 +649,8 @@ def list_of(first):
 def list_append(items, item):
     """Append ``item`` to a typed list made by :func:`list_of` (in place)."""
     items.append(item)
+
+
+# every kernel above keeps its compiled code where coded_fl.kernels.cache says (one folder for
+# every copy of this file when CODED_FL_KERNEL_CACHE is set)
+share_cache(*(f for f in tuple(globals().values()) if isinstance(f, CPUDispatcher)))

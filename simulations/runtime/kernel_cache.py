@@ -1,12 +1,14 @@
 """Fill numba's on-disk cache of the CPU kernels once, at set-up, so that no process of a run
 compiles them.
 
-numba keeps each compiled kernel (``cache=True``) in ``coded_fl/kernels/__pycache__`` beside the
-module (a user cache directory when that one is not writable), keyed by the kernel, its argument
-types and the source file's modification time and size: a kernel file edited later is compiled
-again at its first use, and loaded from the cache after that. Without this step a fresh clone's
-first run compiles every kernel in each silo's process at once (10 ClientApp processes on 2 cores:
-about 45 s at the key exchange, measured on a fresh clone).
+numba keeps each compiled kernel (``cache=True``) keyed by the kernel, its argument types and a
+hash of the source file's content, in the folder ``$CODED_FL_KERNEL_CACHE`` names
+(:mod:`coded_fl.kernels.cache`; ``scripts/setup.sh`` and ``scripts/main.sh`` set it), else in
+``coded_fl/kernels/__pycache__``: a kernel file edited later is compiled again at its first use,
+and loaded from the cache after that. Without this step a fresh clone's first run compiles every
+kernel in each silo's process at once (10 ClientApp processes on 2 cores: most of the 82 s
+"once per run" of a fresh clone's first run, measured with other work on the machine), and the
+ServerApp compiles its own in round 1.
 
 This runs the protocol as a run does: :class:`strategies.CodedSecAgg` against ClientApps with
 :func:`clients.coded_secagg_mod`, in this one process (:class:`~simulations.runtime.
