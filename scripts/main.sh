@@ -69,8 +69,10 @@ EOF
 
 # Ray sees $nodes virtual CPUs so that every silo's ClientApp can run at once on this machine
 # (slow sites only sleep: they must not hold the real cores the others train on).
+# launch-time: the summary counts what you wait for from here (a -c of yours comes after it)
 flwr run . codedfl --stream \
-  --federation-config "num_supernodes=$nodes client_resources_num_cpus=1 init_args_num_cpus=$nodes" "$@"
+  --federation-config "num_supernodes=$nodes client_resources_num_cpus=1 init_args_num_cpus=$nodes" \
+  -c "launch-time=$(date +%s.%N)" "$@"
 
 # `flwr run --stream` exits 0 even when the ServerApp failed: ask the SuperLink how the run
 # ended, and exit non-zero unless it finished completed.
