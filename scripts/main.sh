@@ -19,9 +19,8 @@ bindir=$(dirname "$py")
 export PATH="$bindir:$PATH"
 source scripts/env.sh
 export FLWR_HOME="$root/.flwr-home"
-# the kernels' compiled code, filled by setup.sh, shared by the ClientApps and the ServerApp
-# (which imports the copy of the code Flower unpacks from the app bundle)
-export CODED_FL_KERNEL_CACHE="${CODED_FL_KERNEL_CACHE:-$root/.kernel-cache}"
+# (env.sh: CODED_FL_KERNEL_CACHE, the kernels' compiled code that setup.sh filled, shared by the
+# ClientApps and the ServerApp, which imports the copy Flower unpacks from the app bundle)
 mkdir -p "$FLWR_HOME"
 nodes=${NUM_SUPERNODES:-10}
 
