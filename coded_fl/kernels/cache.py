@@ -16,7 +16,7 @@ numba's own locations apply.
 from __future__ import annotations
 
 import os
-from typing import Any, ClassVar
+from typing import Any
 
 from numba.core.caching import CompileResultCacheImpl, FunctionCache, InTreeCacheLocator
 
@@ -38,14 +38,12 @@ class _SharedLocator(InTreeCacheLocator):
     def from_function(cls, py_func: Any, py_file: str) -> _SharedLocator | None:
         if not os.environ.get(ENV):
             return None
-        return super().from_function(py_func, py_file)  # type: ignore[no-any-return]
+        return super().from_function(py_func, py_file)
 
 
 class _SharedImpl(CompileResultCacheImpl):
-    _locator_classes: ClassVar[list[type]] = [
-        _SharedLocator,
-        *CompileResultCacheImpl._locator_classes,
-    ]
+    # numba's own attribute, which it reads per class: ours is tried first
+    _locator_classes = [_SharedLocator, *CompileResultCacheImpl._locator_classes]  # noqa: RUF012
 
 
 class _SharedCache(FunctionCache):

@@ -27,6 +27,7 @@ import time
 import torch
 from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
+from flwr.clientapp.typing import ClientAppCallable
 from flwr.serverapp.strategy import FedAvg
 
 from clients import coded_secagg_mod
@@ -43,13 +44,13 @@ _N = 4
 
 def _train(msg: Message, context: Context) -> Message:
     """A silo's training: the model moved a little (float32 arrays, as a torch model gives)."""
-    state = msg.content["arrays"].to_torch_state_dict()
+    state = msg.content.array_records["arrays"].to_torch_state_dict()
     out = {k: v + 0.01 for k, v in state.items()}
     metrics = MetricRecord({"train_loss": 1.0, "num-examples": 10})
     return Message(RecordDict({"arrays": ArrayRecord(out), "metrics": metrics}), reply_to=msg)
 
 
-def _silent_mod(msg, context, call_next):  # type: ignore[no-untyped-def]
+def _silent_mod(msg: Message, context: Context, call_next: ClientAppCallable) -> Message:
     """The last silo answers the key exchange but never uploads (a straggler: the server
     decodes without it)."""
     if TRAIN_KEY in msg.content.config_records:
