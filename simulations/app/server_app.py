@@ -258,7 +258,10 @@ def main(grid: Grid, context: Context) -> None:
         f"dropped site(s) {rc['dropout-sites']!s}"
     )
     launch = float(rc.get("launch-time", 0.0)) or t_main  # when `flwr run` started
-    warm, warm_s, sites = _warm_up(grid, n, float(rc["round-timeout"]))
+    # its own deadline: ten processes importing torch on two loaded cores took over 120 s (the
+    # round deadline) in a fresh clone's first run, and a run that starts with cold nodes
+    # spends the difference in its key exchange and round 1 instead
+    warm, warm_s, sites = _warm_up(grid, n, float(rc.get("warmup-timeout", 600.0)))
     kernels_s = max((float(row.get("kernel-seconds", 0.0)) for row in sites), default=0.0)
     say(
         f"[warm-up] {warm}/{n} nodes started in {warm_s:.1f}s (once, before both timed runs; "
