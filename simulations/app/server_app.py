@@ -383,7 +383,11 @@ def main(grid: Grid, context: Context) -> None:
         f"{ours_seconds:.1f}s coded"
         + (f" + {plain_seconds:.1f}s plain" if plain_mode == "flower" else "")
         + f" + {total - start_s - ours_seconds - plain_seconds:.1f}s between and after them "
-        "(final evaluations)"
+        + (
+            "(final evaluations)"
+            if plain_mode == "flower"
+            else "(final evaluation, the last round's stragglers awaited for the estimate)"
+        )
         + ("" if rc.get("launch-time", 0.0) else " (`flwr run` here: the ServerApp's start)"),
         "==========================================================",
     ]
