@@ -58,10 +58,14 @@ def as_numpy_u32(x: torch.Tensor) -> np.ndarray:
 
 
 def typed_list(arrays: Sequence[np.ndarray]) -> typed.List:
-    """A numba typed list of 1-D contiguous arrays (what the multi-input kernels take)."""
-    out = typed.List()
-    for a in arrays:
-        out.append(np.ascontiguousarray(a).reshape(-1))
+    """A numba typed list of 1-D contiguous arrays (what the multi-input kernels take), built by
+    cached kernels so that a fresh process compiles nothing (:func:`.kernels.cpu.list_of`)."""
+    flat = [np.ascontiguousarray(a).reshape(-1) for a in arrays]
+    if not flat:
+        return typed.List()
+    out = _cpu.list_of(flat[0])
+    for a in flat[1:]:
+        _cpu.list_append(out, a)
     return out
 
 

@@ -6,3 +6,6 @@ export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
 export RAY_DEDUP_LOGS=0 RAY_USAGE_STATS_ENABLED=0
 export PYTHONHASHSEED=${PYTHONHASHSEED:-0}
 export RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO=0
+# numba's compiled kernels: one folder for every copy of the code (coded_fl/kernels/cache.py),
+# filled by scripts/setup.sh
+export CODED_FL_KERNEL_CACHE=${CODED_FL_KERNEL_CACHE:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/.kernel-cache}

@@ -19,6 +19,8 @@ bindir=$(dirname "$py")
 export PATH="$bindir:$PATH"
 source scripts/env.sh
 export FLWR_HOME="$root/.flwr-home"
+# (env.sh: CODED_FL_KERNEL_CACHE, the kernels' compiled code that setup.sh filled, shared by the
+# ClientApps and the ServerApp, which imports the copy Flower unpacks from the app bundle)
 mkdir -p "$FLWR_HOME"
 nodes=${NUM_SUPERNODES:-10}
 
@@ -66,8 +68,10 @@ EOF
 
 # Ray sees $nodes virtual CPUs so that every silo's ClientApp can run at once on this machine
 # (slow sites only sleep: they must not hold the real cores the others train on).
+# launch-time: the summary counts what you wait for from here (a -c of yours comes after it)
 flwr run . codedfl --stream \
-  --federation-config "num_supernodes=$nodes client_resources_num_cpus=1 init_args_num_cpus=$nodes" "$@"
+  --federation-config "num_supernodes=$nodes client_resources_num_cpus=1 init_args_num_cpus=$nodes" \
+  -c "launch-time=$(date +%s.%N)" "$@"
 
 # `flwr run --stream` exits 0 even when the ServerApp failed: ask the SuperLink how the run
 # ended, and exit non-zero unless it finished completed.

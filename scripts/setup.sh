@@ -32,9 +32,27 @@ else
 fi
 "$py" -c 'import sys; sys.exit(sys.version_info < (3, 10))' || { echo "setup: Python >= 3.10 is required ($py)" >&2; exit 1; }
 
+# numba's on-disk cache of the CPU kernels (keyed by the kernel, its argument types and a hash of
+# the source file; in $CODED_FL_KERNEL_CACHE, which scripts/main.sh sets too, so that the
+# ClientApps and the ServerApp's copy of the code from the app bundle share it:
+# coded_fl/kernels/cache.py): filled once here, so that no process of a run compiles (a fresh
+# clone's first run otherwise compiles every kernel in every silo at once); filled again when
+# the kernel file changed (an edit between two set-ups also recompiles at run time, once)
+export CODED_FL_KERNEL_CACHE="${CODED_FL_KERNEL_CACHE:-$root/.kernel-cache}"
+fill_kernel_cache() {
+  local kstamp="$root/.codedfl-kernels-stamp" kwant
+  kwant="$("$py" -c 'import sys; print(sys.executable)') $CODED_FL_KERNEL_CACHE $(cat coded_fl/kernels/*.py simulations/runtime/kernel_cache.py | sha256sum | cut -c1-16)"
+  if [[ -f "$kstamp" && "$(cat "$kstamp")" == "$kwant" ]] && compgen -G "$CODED_FL_KERNEL_CACHE/cpu.*.nbi" >/dev/null; then
+    return 0
+  fi
+  "$py" -m simulations.runtime.kernel_cache
+  echo "$kwant" > "$kstamp"
+}
+
 stamp="$root/.codedfl-setup-stamp"
 want="$("$py" -c 'import sys; print(sys.executable)') $(sha256sum pyproject.toml | cut -c1-16)"
 if [[ -f "$stamp" && "$(cat "$stamp")" == "$want" ]] && "$py" -c 'import coded_fl, torch, flwr, galois' 2>/dev/null; then
+  fill_kernel_cache
   exit 0
 fi
 
@@ -67,3 +85,4 @@ echo "setup: installing coded-fl and its dependencies"
 "$py" -m pip install -q -e ".[test]"
 "$py" -c 'import coded_fl, torch, flwr, galois, numba, cryptography; print("setup: ok (torch", torch.__version__, "| flwr", flwr.__version__, "| python", __import__("sys").version.split()[0] + ")")'
 echo "$want" > "$stamp"
+fill_kernel_cache

@@ -690,8 +690,14 @@ class CodedSecAgg(Strategy):
 
     @property
     def late_train(self) -> dict[int, list[float]]:
-        """Round -> seconds at which the latest run's late uploads came."""
+        """Round -> seconds at which the latest run's late uploads came (those in before the
+        run ended: :meth:`settle` waits for the rest)."""
         return {} if self._run is None else self._run.late_train
+
+    @property
+    def key_seconds(self) -> float:
+        """Seconds the latest run's first key exchange took (0.0 before a run)."""
+        return 0.0 if self._run is None else self._run.key_seconds
 
     @property
     def key_exchanges(self) -> list[tuple[int, tuple[int, ...]]]:
@@ -701,7 +707,9 @@ class CodedSecAgg(Strategy):
 
     def waiting_estimate(self) -> tuple[float, float]:
         """(seconds the latest run's rounds took, seconds they would have taken waiting for
-        every silo); see :func:`strategies.report.waiting_estimate`."""
+        every silo); see :func:`strategies.report.waiting_estimate`. A run ends without
+        waiting for its last round's stragglers: call :meth:`settle` first to time-stamp
+        them, or each counts the round deadline."""
         return waiting_estimate(self.reports, self.late_train, round_timeout=self.round_timeout)
 
 

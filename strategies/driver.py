@@ -110,7 +110,9 @@ class RoundDriver:
         round's time) and may return entries to add to that round's train config."""
         st, ex = self.state, self.exchange
         t_start = time.time()
+        t_keys = time.monotonic()
         self.membership.key_exchange(before_round=1)
+        st.key_seconds = time.monotonic() - t_keys
         result = Result(arrays=initial_arrays)
         arrays = initial_arrays
         if evaluate_fn:
@@ -150,7 +152,9 @@ class RoundDriver:
             report.errors.update(st.late_errors.pop(r, {}))
             st.reports.append(report)
             self.settings.progress(report)
-        ex.drain(min(30.0, self.settings.round_timeout))
+        # time-stamp the late replies already in, without waiting for the rest (a silo that
+        # hangs would hold the run up to a round deadline): ``CodedSecAgg.settle`` waits for them
+        ex.poll()
         _log_final(result, time.time() - t_start)
         return result
 

@@ -93,6 +93,9 @@ class RunState:
         round's report takes it (:attr:`RoundReport.errors`).
     key_exchanges
         (before round, silos asked) of every key exchange of the run.
+    key_seconds
+        Seconds the run's first key exchange took (the silos load their kernels while
+        answering it).
     activated
         Node -> the SuperLink's ``last_activated_at`` when its key came.
     needs_keys
@@ -129,6 +132,7 @@ class RunState:
     late_train: dict[int, list[float]] = field(default_factory=dict)
     late_errors: dict[int, dict[int, str]] = field(default_factory=dict)
     key_exchanges: list[tuple[int, tuple[int, ...]]] = field(default_factory=list)
+    key_seconds: float = 0.0
     activated: dict[int, str] = field(default_factory=dict)
     needs_keys: set[int] = field(default_factory=set)
     misconfigured: dict[int, str] = field(default_factory=dict)

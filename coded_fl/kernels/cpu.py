@@ -22,6 +22,10 @@ from __future__ import annotations
 
 import numpy as np
 from numba import njit
+from numba.core.registry import CPUDispatcher
+from numba.typed import List
+
+from coded_fl.kernels.cache import share_cache
 
 _M31 = np.uint64(2**31 - 1)
 _S31 = np.uint64(31)
@@ -627,3 +631,30 @@ def accept_below(words, bits_mask, p, out, filled):
             out[j] = w
             j += 1
     return j
+
+
+# --------------------------------------------------------------------------- typed lists
+
+
+@njit(cache=True)
+def list_of(first):
+    """A typed list holding ``first`` (what the multi-input kernels take).
+
+    Built here, in a cached kernel, rather than by ``numba.typed.List().append`` from Python:
+    that compiles the list's methods for each item type in every fresh process (about 1 s per
+    type, not cacheable), where this loads from numba's cache like the other kernels.
+    """
+    out = List()
+    out.append(first)
+    return out
+
+
+@njit(cache=True)
+def list_append(items, item):
+    """Append ``item`` to a typed list made by :func:`list_of` (in place)."""
+    items.append(item)
+
+
+# every kernel above keeps its compiled code where coded_fl.kernels.cache says (one folder for
+# every copy of this file when CODED_FL_KERNEL_CACHE is set)
+share_cache(*(f for f in tuple(globals().values()) if isinstance(f, CPUDispatcher)))

@@ -9,13 +9,14 @@ and the same Ray simulation engine:
 - plain FedAvg with the Message API (``FedAvg.start``: waits for every reply);
 - Flower's SecAgg+ (legacy ``SecAggPlusWorkflow``; full graph with threshold n/2, and
   ``num_shares=5`` with threshold 3, as in ANCHORS.md);
-- gradient coding's training work without its protocol: plain FedAvg whose silos each run the
-  train function s + 1 times (partitions i..i+s, the least any gradient code asks: Tandon et
-  al.) and upload the mean, with no coding, quantization or masking. It shows what the
-  redundancy alone costs here: the simulation runs every silo on the same two cores, so the
-  s + 1 trainings add to the round instead of running side by side as they do across sites.
-  It is not a bound on ours (ours closes a round as the replies come, FedAvg pulls every
-  0.1 s and aggregates after the last), and it is reported beside the goals, not a goal;
+- gradient coding's training work without its protocol (the goals' reference): plain FedAvg
+  whose silos each run the train function s + 1 times (partitions i..i+s, the least any
+  gradient code asks: Tandon et al.) and upload the mean (summed in place, no extra copy of
+  the model), with no coding, quantization or masking. The simulation runs every silo on the
+  same two cores, so the s + 1 trainings add to the round instead of running side by side as
+  they do across sites: against plain FedAvg ours pays for the redundancy, against this
+  reference only for its protocol (and gains by closing a round as the replies come, where
+  FedAvg pulls every 0.1 s and aggregates after the last);
 - ours: ``CodedSecAgg(FedAvg(), num_stragglers = n/10, privacy_threshold = n/10)``, with its
   default masking (``"auto"``: ``"aligned"`` with the repetition code, one round trip once the
   edge keys are dealt through rounds 1 and 2; the median below includes round 2) and with
@@ -24,6 +25,9 @@ and the same Ray simulation engine:
 Every silo's "training" is the same cheap deterministic update of a 1e6-element float32 model,
 so the figures are the cost of aggregation, messaging and the protocols. The figure is the
 median wall time between consecutive round ends over rounds 2..R (round 1 pays imports and JIT).
+
+Goals (full size only): ours with its default masking <= 0.9x the reference above, at n = 10
+and n = 20. Ours over plain FedAvg and SecAgg+ over ours (both maskings) are context rows.
 """
 
 from __future__ import annotations
@@ -110,13 +114,13 @@ def _floor_mod(n: int):  # type: ignore[no-untyped-def]
                 run_config=context.run_config,
             )
             models.append(next(iter(call_next(msg, sub).content["arrays"].values())).numpy())
-        total = models[0]
+        total = models[0]  # a float32 array of its own (the train function's new model)
         for other in models[1:]:
             np.add(total, other, out=total)
-        mean = (total / np.float32(s + 1)).astype(np.float32)
+        np.divide(total, np.float32(s + 1), out=total)  # the mean, in place: no 4 MB copy
         content = RecordDict(
             {
-                "arrays": ArrayRecord([mean]),  # type: ignore[list-item]
+                "arrays": ArrayRecord([total]),  # type: ignore[list-item]
                 "metrics": MetricRecord({"num-examples": 1}),
             }
         )
@@ -335,60 +339,32 @@ def run(report: Report, *, quick: bool) -> None:
         full = medians["SecAgg+ full graph"]
         five = medians.get("SecAgg+ num_shares=5")
         floor = medians[FLOOR]
-        # the redundant trainings alone, through FedAvg (reported, not a goal)
+        # context (not goals): the reference against plain FedAvg, and SecAgg+ against it
         floor_ratios = {
             "floor_over_plain": floor / plain,
-            "aligned_over_floor": ours / floor,
             "secaggplus_full_over_floor": full / floor,
         }
         if five is not None:
             floor_ratios["secaggplus_5_over_floor"] = five / floor
         report.add(n=n, kind="floor", **floor_ratios)
-        # the same goals for both maskings; masking="aligned" takes one round trip once the
-        # edge keys are dealt (rounds 3..R here; round 2 is in its median)
-        for label, tag, value in (
-            ("ours with masking='shares'", "ours", medians[SHARES]),
-            ("ours with masking='aligned'", "aligned", ours),
-        ):
+        # context (not goals), for both maskings: ours against plain FedAvg and SecAgg+ against
+        # ours; masking="aligned" takes one round trip once the edge keys are dealt (rounds
+        # 3..R here; round 2 is in its median)
+        for tag, value in (("ours", medians[SHARES]), ("aligned", ours)):
             ratios = {
+                f"{tag}_over_floor": value / floor,
                 f"{tag}_over_plain": value / plain,
                 f"secaggplus_full_over_{tag}": full / value,
             }
             if five is not None:
                 ratios[f"secaggplus_5_over_{tag}"] = five / value
             report.add(n=n, kind="ratios", **ratios)
-            report.goal(
-                f"{label} <= 1.5x plain FedAvg s/round at n={n}",
-                value / plain,
-                1.5,
-                applies=not quick,
-            )
-            report.goal(
-                f"stretch: {label} <= 1.2x plain FedAvg s/round at n={n}",
-                value / plain,
-                1.2,
-                applies=not quick,
-            )
-            if five is not None:
-                report.goal(
-                    f"{label} >= 3x faster than SecAgg+ num_shares=5 at n={n}",
-                    five / value,
-                    3.0,
-                    lower_is_better=False,
-                    applies=not quick,
-                )
-            if n == 20 and not quick:
-                report.goal(
-                    f"{label} >= 8x faster than SecAgg+ full graph at n={n}",
-                    full / value,
-                    8.0,
-                    lower_is_better=False,
-                )
-        if n == 20 or quick:
-            report.goal(
-                f"ours (default masking) >= 4x faster than SecAgg+ full graph at n={n}",
-                full / ours,
-                4.0,
-                lower_is_better=False,
-                applies=not quick,
-            )
+        # the goal: what ours adds to the s + 1 trainings of any gradient code, and gains by
+        # not waiting for the dropped silos, against FedAvg doing the same trainings
+        report.goal(
+            f"ours (default masking) <= 0.9x plain FedAvg with s+1 trainings per silo, "
+            f"s/round at n={n}",
+            ours / floor,
+            0.9,
+            applies=not quick,
+        )

@@ -133,6 +133,46 @@ def test_the_patched_legacy_project_matches_plain_fedavg(tmp_path: Path) -> None
     assert worst <= bound + 1e-6  # + float32 noise of a different thread count
 
 
+def _clipped_fedavg_step(task, w: list[np.ndarray], clip: float):  # type: ignore[no-untyped-def]
+    """One round of FedAvg from ``w`` with every partition's update clipped to L2 norm
+    ``clip`` (as ``fixedclipping_mod`` clips it), and without: (clipped, unclipped) flat."""
+    import torch
+
+    torch.set_num_threads(1)
+    flat_w = np.concatenate([a.ravel() for a in w]).astype(np.float64)
+    ups = []
+    for k in range(N):
+        net = task.Net()
+        task.set_weights(net, w)
+        task.train(net, task.load_data(k, N)[0], STEPS, LR)
+        ups.append(np.concatenate([a.ravel() for a in task.get_weights(net)]) - flat_w)
+    clipped = [u * min(1.0, clip / float(np.linalg.norm(u))) for u in ups]
+    return flat_w + np.mean(clipped, axis=0), flat_w + np.mean(ups, axis=0)
+
+
+def _assert_clipped_and_noised(task, models: Path, rounds: int, *, noise: float) -> None:  # type: ignore[no-untyped-def]
+    """From the models the run wrote (not from the silos' log lines, which a loaded machine's
+    Ray workers may lose): every round's model is the clipped FedAvg step from the previous
+    one plus Gaussian noise of stdev ``noise`` per coordinate. The noise's norm is sqrt(d)
+    ``noise`` within a few per cent (d = 7,850); along the direction in which clipping moved
+    the mean it is one coordinate's worth (``noise``), where an unclipped run would be off by
+    the whole difference (about 0.8 in round 1, i.e. 30 ``noise``)."""
+    bit = 0
+    for r in range(1, rounds + 1):
+        prev = _load(models / f"round_{r - 1}.npz")
+        got = np.concatenate([a.ravel() for a in _load(models / f"round_{r}.npz")])
+        clipped, unclipped = _clipped_fedavg_step(task, prev, clip=1.0)
+        residual = got - clipped
+        ratio = float(np.linalg.norm(residual)) / (noise * np.sqrt(got.size))
+        assert 0.9 < ratio < 1.1, (r, ratio)  # DP noise of the stated size, nothing else
+        gap = unclipped - clipped
+        if np.linalg.norm(gap) > 10 * noise:  # clipping moved this round's mean
+            along = float(residual @ gap) / float(np.linalg.norm(gap))
+            assert abs(along) < 6 * noise, (r, along, float(np.linalg.norm(gap)))
+            bit += 1
+    assert bit >= 1  # the check has teeth: clipping changed at least round 1
+
+
 @pytest.mark.integration
 @pytest.mark.slow
 def test_legacy_dp_guide_runs_and_its_accuracy_is_reported(tmp_path: Path) -> None:
@@ -148,8 +188,8 @@ def test_legacy_dp_guide_runs_and_its_accuracy_is_reported(tmp_path: Path) -> No
         assert f"[coded-fl] round {r}: used" in out, out[-3000:]
     # the noise is calibrated to the K = 4 partitions summed: z C / K = 0.1 * 1.0 / 4
     assert re.search(r"central DP noise with 0\.0250 stdev added", out), out[-3000:]
-    assert out.count("fixedclipping_mod: parameters are clipped") >= rounds * N
     task = _task(dst)
+    _assert_clipped_and_noised(task, models, rounds, noise=0.1 * 1.0 / N)
     initial = _load(models / "round_0.npz")
     dp_acc = _accuracy(task, _load(models / f"round_{rounds}.npz"))
     plain_acc = _accuracy(task, _plain_fedavg(task, initial, rounds)[-1])

@@ -322,7 +322,7 @@ def test_an_error_that_comes_after_its_stage_closed_still_reaches_its_rounds_rep
     report = RoundReport(round=1, ok=True)
     report.errors.update(state.late_errors.pop(1, {}))  # what the driver does at the round's end
     state.reports.append(report)
-    # after the round (e.g. while the run's end drains lingering replies): into the report
+    # after the round (e.g. while CodedSecAgg.settle drains lingering replies): into the report
     late_reply(state, LateReply(102, "train", 1, 9.0, True, "OOM"), _error_reply("OOM"))
     assert report.errors == {
         1: "after the train stage closed: disk full",
