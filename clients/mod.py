@@ -304,7 +304,7 @@ def _model_digest(msg: Message) -> bytes:
     spec (``max-weight``, ``delta-scale``, ... under :data:`TRAIN_KEY`) and the user's config
     record (learning rate, epochs, ...). A group mask is bound to it, so members of a group
     sent different inputs for one round never share a mask: a server that sent one member
-    ``max-weight`` 1e30 (its update then quantizes to zero) or another learning rate would
+    ``max-weight`` 2^100 (its update then quantizes to zero) or another learning rate would
     otherwise read the group's partition sum off the difference of their uploads (issue 29,
     attack 1). BLAKE3 hashes a 4 MB model in 0.6 ms where SHA-256 takes 2.2 ms (one core, this
     machine); every member of a group must use the same digest, which the message version (5)

@@ -36,7 +36,7 @@ streams to the request and to a digest of everything the silo's training consume
 sent (the model, the train spec with ``max-weight`` and ``delta-scale``, and the user's config
 record: ``clients.mod._model_digest``), and to nothing silo-specific: every member of a group
 must derive the same mask. A server that sends replicas different inputs (to subtract their
-uploads: a member sent ``max-weight`` 1e30 uploads a zero update, and the difference would be
+uploads: a member sent ``max-weight`` 2^100 uploads a zero update, and the difference would be
 the group's partition sum) gets uploads under independent masks
 (``tests/unit/test_server_inputs_bound.py``); a second upload of the same round for the same
 request and inputs is the same upload.

@@ -3,7 +3,7 @@ round (issue 29, attack 1) learns nothing from the difference of their uploads.
 
 Members of a repetition group share the group mask, so the server sees
 :math:`r_0^{-1} y_0 - r_1^{-1} y_1`, the difference of their coded updates. Before the mask was
-bound to every input of the training, a server that sent member 1 ``max-weight`` 1e30 (its
+bound to every input of the training, a server that sent member 1 ``max-weight`` 2^100 (its
 update then quantizes to zero) read group (0, 1)'s quantized partition sum off that difference,
 at every coordinate, and no silo noticed. Now the mask is bound to a digest of the model, the
 train spec and the user's config record (``clients.mod._model_digest``): member 1's mask is
@@ -39,7 +39,7 @@ class SplittingGrid(FakeGrid):
     group-masked rounds, and keeps every upload of those rounds."""
 
     victim: int = 101
-    change: tuple[str, str, object] = (TRAIN_KEY, "max-weight", 1e30)
+    change: tuple[str, str, object] = (TRAIN_KEY, "max-weight", 2.0**100)
     uploads: dict[int, dict[int, Upload]] = field(default_factory=dict)
 
     def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
@@ -56,7 +56,7 @@ class SplittingGrid(FakeGrid):
         ids = list(super().push_messages(msgs))
         for mid, msg in zip(ids, msgs, strict=True):
             node = msg.metadata.dst_node_id
-            if node in rounds and mid in self.replies:
+            if node in rounds and mid in self.replies and not self.replies[mid].has_error():
                 up = message_from(self.replies[mid].content)
                 if isinstance(up, Upload):
                     self.uploads.setdefault(rounds[node], {})[node - 100] = up
@@ -71,7 +71,8 @@ def _small(x: np.ndarray, p: int, bound: int) -> np.ndarray:
 @pytest.mark.parametrize(
     "change",
     [
-        (TRAIN_KEY, "max-weight", 1e30),  # member 1's update quantizes to zero
+        # member 1's update quantizes to zero (a power of two: an automatic bound must be one)
+        (TRAIN_KEY, "max-weight", 2.0**100),
         (TRAIN_KEY, "delta-scale", 2.0**16),  # ... or to almost zero
         ("config", "lr", 0.0),  # the user's config: another learning rate
     ],
