@@ -45,12 +45,15 @@ def key_failure(
     """
     for silo, err in sorted(errors.items()):
         LOG.debug("[coded-fl] key exchange: silo %d failed: %s", silo, err)
+    reasons = {s: _reason(errors[s]) if s in errors else "no reply in time" for s in keyless}
     texts = " ".join(errors.values())
     if not errors:
         cause = (
             "no reply in time: the nodes are not connected or not running the app (raise "
             "key_timeout if they start slowly)"
         )
+    elif "coded_fl.errors" in texts or "codedfl." in texts:
+        cause = "the silos' coded_secagg_mod refused the server's configuration (why, below)"
     elif any(m in texts for m in ("clipping_norm", "_mod")):  # another mod answered first
         cause = (
             "their ClientApp does not run coded_fl_flower.coded_secagg_mod first: "
@@ -62,20 +65,27 @@ def key_failure(
             "their ClientApp failed on the key request: most often it lacks "
             "coded_fl_flower.coded_secagg_mod (ClientApp(mods=[coded_secagg_mod]))"
         )
-
-    def last_line(text: str) -> str:
-        lines = [x.strip() for x in text.strip().splitlines() if x.strip()]
-        return (lines[-1] if lines else "failed")[:240]
-
+    by_reason: dict[str, list[int]] = {}
+    for silo, why_not in reasons.items():
+        by_reason.setdefault(why_not, []).append(silo)
     per_silo = "; ".join(
-        f"silo {s} (node {node_of.get(s, '?')}): "
-        + (last_line(errors[s]) if s in errors else "no reply in time")
-        for s in keyless
+        f"silo(s) {silos} (node(s) {[node_of.get(s, '?') for s in silos]}): {why_not}"
+        for why_not, silos in by_reason.items()
     )
     return (
         f"key exchange: silo(s) {keyless} sent no key ({why}). Most likely cause: {cause}. "
-        f"Per silo: {per_silo}"
+        f"Why: {per_silo}"
     )
+
+
+def _reason(text: str) -> str:
+    """One line of a failed reply's reason: a traceback's last line, and a ClientApp error as
+    Flower wraps it (``<class '...Error'>:<'message'>``) reduced to the message."""
+    lines = [x.strip() for x in text.strip().splitlines() if x.strip()]
+    line = lines[-1] if lines else "failed"
+    if line.startswith("<class '") and ">:<" in line:
+        line = line.split(">:<", 1)[1].strip("<>'\"")
+    return line[:600]
 
 
 class Membership:

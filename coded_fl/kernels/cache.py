@@ -51,6 +51,12 @@ class _SharedCache(FunctionCache):
 
 
 def share_cache(*kernels: Any) -> None:
-    """Give each ``@njit(cache=True)`` kernel the shared cache (before its first call)."""
+    """Give each ``@njit(cache=True)`` kernel the shared cache (before its first call).
+
+    Parameters
+    ----------
+    *kernels
+        numba dispatchers made with ``@njit(cache=True)``.
+    """
     for kernel in kernels:
         kernel._cache = _SharedCache(kernel.py_func)

@@ -50,7 +50,7 @@ def test_a_failed_key_exchange_says_which_silos_have_no_key_and_why_first() -> N
     )
     assert nomod.startswith("key exchange: silo(s) [0, 1] sent no key")
     assert "lacks coded_fl_flower.coded_secagg_mod" in nomod
-    assert "silo 0 (node 10): KeyError: 'arrays'" in nomod
+    assert "silo(s) [0, 1] (node(s) [10, 11]): KeyError: 'arrays'" in nomod
     assert "Traceback" not in nomod and len(nomod) < 1000  # tracebacks go to the debug log
     order = key_failure(
         [2],
@@ -59,5 +59,18 @@ def test_a_failed_key_exchange_says_which_silos_have_no_key_and_why_first() -> N
         "only 3 silos have keys",
     )
     assert "does not run coded_fl_flower.coded_secagg_mod first" in order
+    refused = key_failure(
+        [0],
+        {
+            0: "<class 'coded_fl.errors.RemoteProtocolError'>:<'silo -1: T = 0 is below "
+            + "minimum "
+            + "x" * 300
+            + ": or set node config codedfl.allow-no-privacy = true'>"
+        },
+        {0: 10},
+        "only 3 silos have keys",
+    )
+    assert "refused the server's configuration" in refused
+    assert "codedfl.allow-no-privacy = true" in refused and "<class" not in refused
     silent = key_failure([4], {}, {4: 14}, "only 3 silos have keys")
     assert "no reply in time" in silent and "key_timeout" in silent
