@@ -28,7 +28,7 @@ from simulations.deploy.certs import make_ca
 from simulations.deploy.launcher import DeploymentError
 from simulations.deploy.testbed import Site, TestBed, namespaces_available
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.xdist_group("deploy")]
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[2]
 APP = REPO / "simulations" / "deploy" / "app"

@@ -19,7 +19,7 @@ from strategies import CodedSecAgg
 from strategies.roster import RosterGrid
 from tests.integration import flower_apps as fa
 
-pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("flower_simulation")]
+pytestmark = [pytest.mark.integration]
 
 N = 4
 

