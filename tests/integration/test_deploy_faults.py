@@ -213,9 +213,16 @@ def test_tampered_share_is_refused_and_its_sender_named(healthy: TestBed) -> Non
 
 
 # ---------------------------------------------------------------------------- slow site
+#: The slow site's link: 40x the others' latency (2 s one-way). A SuperNode picks a message up
+#: at its next poll (Flower polls every 3 s while idle), and the pull and the reply's push cross
+#: the link at least four times, so the slow site lags by about 8 s: more than the 0-3 s poll
+#: phase (at 10x, 1.8 s, another site came last in some CI rounds).
+SLOW_LINK = 40
+
+
 @full_only
-def test_site_with_10x_latency_is_not_waited_for(healthy: TestBed) -> None:
-    healthy.set_link(2, latency=10 * BASE, jitter=10 * BASE / 4)
+def test_site_with_a_40x_latency_link_is_not_waited_for(healthy: TestBed) -> None:
+    healthy.set_link(2, latency=SLOW_LINK * BASE, jitter=SLOW_LINK * BASE / 4)
     rep = _run(healthy, _config(healthy, "latency", **{"num-rounds": 3}))
     assert rep["key_exchanges"] == [[1, [0, 1, 2]]]  # keys once per run
     for row in rep["rounds"]:
@@ -223,7 +230,13 @@ def test_site_with_10x_latency_is_not_waited_for(healthy: TestBed) -> None:
         # the default masking with n = 3, s = 1: the repetition code's one group needs no
         # mask graph, so every round is group-masked from round 1: one round trip
         assert row["round_trips"] == 1
-        assert _sites(row, "straggler") == {"site2"}, row
+        if row["round"] == 1:
+            # round 1 starts every site's first ClientApp process (imports, kernel cache), whose
+            # time on a loaded machine varies by more than the link's lag: the slow site may
+            # come in with the second upload, but no other site is ever left out
+            assert _sites(row, "straggler") <= {"site2"}, row
+        else:
+            assert _sites(row, "straggler") == {"site2"}, row
     late = {int(r): t for r, t in rep.get("late_uploads", {}).items()}
     for row in rep["rounds"]:
         if row["round"] in late:  # the slow site's upload came after the round had closed
