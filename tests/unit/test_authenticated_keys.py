@@ -415,3 +415,35 @@ def test_a_directory_without_public_keys_is_refused(tmp_path: Path) -> None:
     (tmp_path / "only.pub").unlink()
     with pytest.raises(ConfigurationError, match="no public key"):
         load_trusted(tmp_path)
+
+
+_SIGNED = harness()
+_TRAINS = _SIGNED.server.start_round(1)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    silo=st.integers(0, CFG.n - 1),
+    victim=st.integers(0, CFG.n - 1),
+    seed=st.binary(min_size=32, max_size=32),
+    keep_credentials=st.booleans(),
+)
+def test_any_substituted_peer_key_is_refused(
+    silo: int, victim: int, seed: bytes, keep_credentials: bool
+) -> None:
+    """Whichever silo, whichever peer entry, whatever key (with the victim's credentials kept,
+    or dropped): refused with UNTRUSTED_KEY, nothing derived."""
+    if silo == victim:
+        return  # its own entry: a rekey request (NEEDS_KEYS), covered by the machine's tests
+    req = next(q for q in _TRAINS if q.recipient == silo)
+    fake = KeyPair.from_private_bytes(seed).public_bytes
+    bad = substituted(req, victim, fake)
+    if not keep_credentials:
+        pos = [s for s, _ in req.roster].index(victim)
+        creds = list(req.credentials)
+        creds[pos] = (b"", b"")
+        bad = dataclasses.replace(bad, credentials=tuple(creds))
+    machine = ClientMachine.from_bytes(
+        _SIGNED.clients[silo].to_bytes(), policy=_SIGNED.clients[silo].policy
+    )
+    refuses_untrusted(machine, bad)
