@@ -197,6 +197,9 @@ def coded_secagg_mod(msg: Message, context: Context, call_next: ClientAppCallabl
     ``codedfl.max-vector-length``, ``codedfl.expected-silo``); by default a silo refuses
     T = 0 and a quantization scale below 2^8 unless its node config sets
     ``codedfl.allow-no-privacy = true``. :func:`make_coded_secagg_mod` sets them in code.
+    With ``codedfl.identity-key`` (a path) the silo signs its key-agreement key; with
+    ``codedfl.trusted-keys`` (a path) it refuses every relayed peer key that a trusted
+    identity did not sign for that silo (``docs/protocol.md``, "Authenticated keys").
 
     Parameters
     ----------

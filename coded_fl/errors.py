@@ -33,6 +33,7 @@ __all__ = [
     "NeedsKeysError",
     "RemoteProtocolError",
     "RunAbortedError",
+    "UntrustedKeyError",
     "WeightBoundError",
 ]
 
@@ -73,6 +74,14 @@ class KeyConfirmationError(RemoteProtocolError):
     key-confirmation tag differs from the one we derive, so the two ends used different keys
     (a stale roster, or a silo that rekeyed after the round started). ``sender`` names the
     silo that derived it; the share is never used, so the sum is not silently corrupted."""
+
+
+class UntrustedKeyError(RemoteProtocolError):
+    """A relayed key-agreement key that this silo's trust roster does not vouch for: unsigned,
+    signed by an identity outside ``codedfl.trusted-keys``, or signed for another silo index
+    or session (:mod:`coded_fl.secagg.identity`). Nothing is derived from it; the silo answers
+    with a typed refusal (code ``UNTRUSTED_KEY``) and the server stops the run when a round
+    cannot complete without it."""
 
 
 class MaskReuseError(LocalProtocolError):

@@ -113,8 +113,12 @@ def _refused(
     errors[silo] = msg.detail or msg.code.label
     if msg.code == RefusalCode.NEEDS_KEYS:
         state.needs_keys.add(silo)
-    elif msg.code == RefusalCode.MISCONFIGURED:
+    elif msg.code in (RefusalCode.MISCONFIGURED, RefusalCode.UNTRUSTED_KEY):
+        # an untrusted key is a setting too (the trusted keys or an identity): it cannot
+        # succeed later, and a round that too many silos refuse so stops the run
         state.misconfigured[silo] = errors[silo]
+        if msg.code == RefusalCode.UNTRUSTED_KEY:
+            LOG.warning("[coded-fl] silo %d refuses a relayed key: %s", silo, errors[silo])
     elif msg.code == RefusalCode.WEIGHT_BOUND:
         state.weight_refused[silo] = int(msg.bound)
     elif (

@@ -69,6 +69,7 @@ from coded_fl.errors import (
     MaskReuseError,
     NeedsKeysError,
     RemoteProtocolError,
+    UntrustedKeyError,
 )
 from coded_fl.pipeline import encode_upload
 from coded_fl.prg import Entropy, MaskStream, fresh_seed
@@ -166,11 +167,12 @@ Reaction = KeyReply | TrainTask | RecoveryReply
 def refusal_for(error: RemoteProtocolError, request: Message) -> Refusal | None:
     """The typed refusal that answers ``request`` when the machine raised ``error``, if any.
 
-    Three refusals are signals the server acts on: :class:`NeedsKeysError` (rekey this silo), a
-    share from another silo that failed authentication (the refusal accuses that silo) and
+    Four refusals are signals the server acts on: :class:`NeedsKeysError` (rekey this silo), a
+    share from another silo that failed authentication (the refusal accuses that silo),
     :class:`~coded_fl.errors.ExceedsLimitsError` (a configuration above the silo's limits:
-    code ``MISCONFIGURED``). Any other error is not a signal: None (the adapter reports it as
-    an error).
+    code ``MISCONFIGURED``) and :class:`~coded_fl.errors.UntrustedKeyError` (a relayed key the
+    silo's trusted keys do not vouch for: code ``UNTRUSTED_KEY``). Any other error is not a
+    signal: None (the adapter reports it as an error).
 
     Parameters
     ----------
@@ -185,6 +187,8 @@ def refusal_for(error: RemoteProtocolError, request: Message) -> Refusal | None:
     """
     if isinstance(error, NeedsKeysError):
         code, accused = RefusalCode.NEEDS_KEYS, None
+    elif isinstance(error, UntrustedKeyError):
+        code, accused = RefusalCode.UNTRUSTED_KEY, None
     elif isinstance(error, ExceedsLimitsError):
         code, accused = RefusalCode.MISCONFIGURED, None
     elif error.sender is not None and error.sender != SERVER:
@@ -472,13 +476,64 @@ class ClientMachine:
             self.fixed_weight = 0.0
             self.stage = ClientStage.KEYED
         _, silo, keys = self._identity()
+        me = self.policy.identity
         return KeyReply(
             digest=cfg.digest,
             round=0,
             sender=silo,
             recipient=SERVER,
             public_key=keys.public_bytes,
+            identity=b"" if me is None else me.public_bytes,
+            signature=b""
+            if me is None
+            else me.endorse(
+                digest=cfg.digest, run=cfg.run_bytes, silo=silo, public_key=keys.public_bytes
+            ),
         )
+
+    def _check_trust(
+        self,
+        cfg: ProtocolConfig,
+        entries: Sequence[tuple[int, bytes]],
+        credentials: Sequence[tuple[bytes, bytes]],
+    ) -> None:
+        """With a trust roster, refuse (:class:`UntrustedKeyError`) unless every peer entry is
+        endorsed by a trusted identity for its silo index, one identity per index; before
+        anything is derived from any key. Without one, nothing is checked."""
+        trust = self.policy.trusted
+        if trust is None:
+            return
+        creds = list(credentials) or [(b"", b"")] * len(entries)
+        if len(creds) != len(entries):
+            raise RemoteProtocolError(
+                f"{len(creds)} credentials for {len(entries)} relayed keys", sender=SERVER
+            )
+        seen: dict[bytes, int] = {}
+        for (peer, key), (identity, signature) in zip(entries, creds, strict=True):
+            if peer == self.silo:  # its own entry: its own key pair's, nothing else
+                if self._keys is None or key != self._keys.public_bytes:
+                    raise NeedsKeysError(
+                        f"{NEEDS_KEYS}: a relayed entry for this silo holds another key than "
+                        "its current one (it rekeyed since, or the key was substituted)",
+                        sender=SERVER,
+                    )
+                continue
+            trust.check(
+                digest=cfg.digest,
+                run=cfg.run_bytes,
+                silo=peer,
+                public_key=key,
+                identity=identity,
+                signature=signature,
+            )
+            other = seen.setdefault(identity, peer)
+            if other != peer:
+                raise UntrustedKeyError(
+                    f"codedfl-untrusted-key: one identity endorses the keys of silos {other} "
+                    f"and {peer}; each site must hold its own identity key "
+                    "(codedfl.identity-key), or the server relayed a substituted key",
+                    sender=SERVER,
+                )
 
     # ------------------------------------------------------------------ 2. train + upload
     def on_train_request(self, msg: TrainRequest) -> TrainTask:
@@ -521,6 +576,7 @@ class ClientMachine:
             raise NeedsKeysError(
                 "roster does not hold this silo's current public key (rekey needed)", sender=SERVER
             )
+        self._check_trust(cfg, msg.roster, msg.credentials)
         if len(roster) < cfg.min_uploads:
             raise RemoteProtocolError(
                 f"roster has {len(roster)} silos, fewer than the {cfg.min_uploads} a round needs",
@@ -837,6 +893,7 @@ class ClientMachine:
                     f"the recovery request changes silo {i}'s public key within the round",
                     sender=SERVER,
                 )
+        self._check_trust(cfg, tuple(zip(survivors, msg.keys, strict=True)), msg.credentials)
         roster = {**self.roster, **dict(zip(survivors, msg.keys, strict=True))}
         rows = check_weight_rows(cfg, survivors, msg.weights)
         _, silo, _ = self._identity()

@@ -35,6 +35,7 @@ from coded_fl.crypto import KEY_BYTES, SEAL_OVERHEAD
 from coded_fl.errors import InputError, RemoteProtocolError
 from coded_fl.secagg.aligned import EDGE_KEY_BYTES
 from coded_fl.secagg.derive import CONFIRM_BYTES, CONTEXT_BYTES
+from coded_fl.secagg.identity import check_credential_sizes
 
 if TYPE_CHECKING:
     from coded_fl.secagg.config import ProtocolConfig
@@ -64,9 +65,10 @@ __all__ = [
 ]
 
 MAGIC = b"CFL"
-VERSION = 5  # 2: seed-derived mask shares (context, tags, tokens); 3: group-aligned masks;
+VERSION = 6  # 2: seed-derived mask shares (context, tags, tokens); 3: group-aligned masks;
 # 4: group masks bound to a BLAKE3 digest of the model (was SHA-256); 5: the digest covers the
-# train spec and the user's config record too (clients.mod._model_digest)
+# train spec and the user's config record too (clients.mod._model_digest); 6: signed keys (an
+# identity key and an endorsement with every KeyReply and relayed roster entry)
 SERVER = -1
 _HEADER = struct.Struct("<3sBB8sQii")
 
@@ -101,10 +103,14 @@ class KeyRequest(Message):
 
 @dataclass(frozen=True)
 class KeyReply(Message):
-    """Silo -> server: its X25519 public key for this run."""
+    """Silo -> server: its X25519 public key for this run; with an identity
+    (:mod:`coded_fl.secagg.identity`), its identity public key and its endorsement of the key
+    (both empty without one)."""
 
     TYPE: ClassVar[int] = 2
     public_key: bytes = b""
+    identity: bytes = b""
+    signature: bytes = b""
 
 
 @dataclass(frozen=True)
@@ -116,10 +122,14 @@ class TrainRequest(Message):
     edge keys other silos sealed for this one, as (dealer, q, h, box); ``deal`` asks this silo
     to seal its key of edge (q, h) for ``recipient`` in its upload, as (q, h, recipient) (a
     dealer without the key makes it first).
+
+    ``credentials``: per roster entry, in order, the (identity key, endorsement) its silo sent
+    with its key (``(b"", b"")`` for an unsigned one); empty when no entry is signed.
     """
 
     TYPE: ClassVar[int] = 3
     roster: tuple[tuple[int, bytes], ...] = ()
+    credentials: tuple[tuple[bytes, bytes], ...] = ()
     aligned: bool = False
     edge_keys: tuple[tuple[int, int, int, bytes], ...] = ()
     deal: tuple[tuple[int, int, int], ...] = ()
@@ -156,6 +166,8 @@ class RecoveryRequest(Message):
     #: the survivors' public keys (the roster a silo needs even if it missed the TrainRequest)
     keys: tuple[bytes, ...] = ()
     tokens: tuple[bytes, ...] = ()
+    #: per survivor, the (identity key, endorsement) relayed with its key (as TrainRequest's)
+    credentials: tuple[tuple[bytes, bytes], ...] = ()
 
 
 @dataclass(frozen=True, eq=False)
@@ -180,12 +192,18 @@ class RefusalCode(IntEnum):
     the round's automatic weight bound W (the strategy's ``max_weight=None``); ``bound`` is the
     smallest power of two that holds the silo's largest partition weight, and the server reruns
     the round with W raised to it (a fixed ``max_weight`` gives ``MISCONFIGURED`` instead).
+    ``UNTRUSTED_KEY``: a relayed key-agreement key that the silo's trusted keys do not vouch
+    for (unsigned, an unknown identity, or signed for another silo index or session); nothing
+    was derived from it. It cannot succeed later: the server counts it as a setting, like
+    ``MISCONFIGURED``, and the detail names ``codedfl.trusted-keys`` and
+    ``codedfl.identity-key``.
     """
 
     NEEDS_KEYS = 1
     ACCUSES = 2
     MISCONFIGURED = 3
     WEIGHT_BOUND = 4
+    UNTRUSTED_KEY = 5
 
     @property
     def label(self) -> str:
@@ -314,6 +332,17 @@ def _blob(b: bytes) -> bytes:
     return struct.pack("<I", len(b)) + b
 
 
+def _credentials(
+    creds: tuple[tuple[bytes, bytes], ...], n: int, what: str
+) -> tuple[tuple[bytes, bytes], ...]:
+    """One (identity, signature) pair per entry: ``creds``, or unsigned pairs if empty."""
+    if not creds:
+        return ((b"", b""),) * n
+    if len(creds) != n:
+        raise InputError(f"credentials: {len(creds)} pairs for {n} {what} entries")
+    return creds
+
+
 def encode(msg: Message) -> bytes:
     """Serialise a message (see the module docstring for the layout).
 
@@ -375,10 +404,14 @@ def _encode(msg: Message) -> list[bytes | memoryview]:
     if isinstance(msg, KeyRequest):
         parts.append(_blob(msg.config))
     elif isinstance(msg, KeyReply):
-        parts.append(_blob(msg.public_key))
+        parts += [_blob(msg.public_key), _blob(msg.identity), _blob(msg.signature)]
     elif isinstance(msg, TrainRequest):
+        creds = _credentials(msg.credentials, len(msg.roster), "roster")
         parts.append(struct.pack("<I", len(msg.roster)))
-        parts += [struct.pack("<i", s) + _blob(k) for s, k in msg.roster]
+        parts += [
+            struct.pack("<i", s) + _blob(k) + _blob(i) + _blob(g)
+            for (s, k), (i, g) in zip(msg.roster, creds, strict=True)
+        ]
         parts.append(struct.pack("<BI", int(bool(msg.aligned)), len(msg.edge_keys)))
         parts += [struct.pack("<iII", d, q, h) + _blob(b) for d, q, h, b in msg.edge_keys]
         parts.append(struct.pack("<I", len(msg.deal)))
@@ -412,7 +445,8 @@ def _encode(msg: Message) -> list[bytes | memoryview]:
         parts.append(np.asarray(msg.weights, dtype="<u4").reshape(-1).tobytes())
         parts += [_blob(c) for c in msg.shares]
         parts += [_blob(t) for t in tokens]
-        parts += [_blob(k) for k in msg.keys]
+        creds = _credentials(msg.credentials, n, "survivors")
+        parts += [_blob(k) + _blob(i) + _blob(g) for k, (i, g) in zip(msg.keys, creds, strict=True)]
     elif isinstance(msg, RecoveryReply):
         rows = msg.rows
         if rows.dim() != 2:
@@ -460,6 +494,16 @@ class _Reader:
 
     def left(self) -> int:
         return len(self.buf) - self.pos
+
+    def credential(self) -> tuple[bytes, bytes]:
+        """An (identity key, signature) pair: both empty or of one supported curve's sizes."""
+        identity = self.blob(None, "identity key")
+        signature = self.blob(None, "signature")
+        try:
+            check_credential_sizes(identity, signature, sender=SERVER)
+        except RemoteProtocolError as exc:
+            raise RemoteProtocolError(str(exc)) from None
+        return identity, signature
 
     def count(self, item_bytes: int, most: int | None = None, what: str = "list") -> int:
         """A list length, checked against ``most`` and against what is left (every item takes
@@ -555,6 +599,12 @@ def peek_type(buf: bytes | bytearray | memoryview) -> type[Message]:
 HEADER_BYTES = _HEADER.size
 
 
+def _signed(creds: tuple[tuple[bytes, bytes], ...]) -> tuple[tuple[bytes, bytes], ...]:
+    """The decoded credentials: empty when no entry is signed (as a sender that signs none
+    builds them)."""
+    return creds if any(i or g for i, g in creds) else ()
+
+
 def decode(buf: bytes | bytearray | memoryview, *, limits: Limits | None = None) -> Message:
     """Parse bytes into a message; anything malformed raises :class:`RemoteProtocolError`.
 
@@ -602,10 +652,16 @@ def decode(buf: bytes | bytearray | memoryview, *, limits: Limits | None = None)
             )
         msg = KeyRequest(**head, config=bytes(r.take(size)))
     elif cls is KeyReply:
-        msg = KeyReply(**head, public_key=r.blob(key_size, "public key"))
+        public_key = r.blob(key_size, "public key")
+        identity, signature = r.credential()
+        msg = KeyReply(**head, public_key=public_key, identity=identity, signature=signature)
     elif cls is TrainRequest:
-        n = r.count(8, silos, "roster")
-        roster = tuple((r.unpack("<i")[0], r.blob(key_size, "public key")) for _ in range(n))
+        n = r.count(16, silos, "roster")
+        entries = [
+            (r.unpack("<i")[0], r.blob(key_size, "public key"), r.credential()) for _ in range(n)
+        ]
+        roster = tuple((s, k) for s, k, _ in entries)
+        creds = _signed(tuple(c for _, _, c in entries))
         (flag,) = r.unpack("<B")
         if flag > 1:
             raise RemoteProtocolError(f"aligned flag {flag} is not 0 or 1")
@@ -618,6 +674,7 @@ def decode(buf: bytes | bytearray | memoryview, *, limits: Limits | None = None)
         msg = TrainRequest(
             **head,
             roster=roster,
+            credentials=creds,
             aligned=bool(flag),
             edge_keys=edge_keys,  # type: ignore[arg-type]
             deal=deal,  # type: ignore[arg-type]
@@ -665,14 +722,15 @@ def decode(buf: bytes | bytearray | memoryview, *, limits: Limits | None = None)
             )
         if rows > most:
             raise RemoteProtocolError(f"{rows} weight rows for {n} survivors (at most {most})")
-        if 4 * n * (4 + rows) > r.left():  # survivors, weights, three length fields each
+        if 4 * n * (6 + rows) > r.left():  # survivors, weights, five length fields each
             raise RemoteProtocolError("message is truncated or has a bad length field")
         survivors = tuple(int(v) for v in np.frombuffer(r.take(4 * n), dtype="<i4"))
         w = np.frombuffer(r.take(4 * n * rows), dtype="<u4").reshape(rows, n)
         weights = tuple(tuple(int(v) for v in row) for row in w)
         boxes = tuple(r.blob(None, "sealed share") for _ in range(n))
         tokens = tuple(r.blob(None, "share token") for _ in range(n))
-        keys = tuple(r.blob(key_size, "public key") for _ in range(n))
+        signed = [(r.blob(key_size, "public key"), r.credential()) for _ in range(n)]
+        keys = tuple(k for k, _ in signed)
         for box, token in zip(boxes, tokens, strict=True):  # exactly one of the two
             if lim is not None and (len(box), len(token)) not in (
                 (share_size, 0),
@@ -683,7 +741,13 @@ def decode(buf: bytes | bytearray | memoryview, *, limits: Limits | None = None)
                     f"{len(token)} bytes; expected exactly one ({share_size} or {TOKEN_BYTES})"
                 )
         msg = RecoveryRequest(
-            **head, survivors=survivors, weights=weights, shares=boxes, keys=keys, tokens=tokens
+            **head,
+            survivors=survivors,
+            weights=weights,
+            shares=boxes,
+            keys=keys,
+            tokens=tokens,
+            credentials=_signed(tuple(c for _, c in signed)),
         )
     elif cls is Refusal:
         code, accused, bound = r.unpack("<BiQ")

@@ -37,6 +37,16 @@ at n = 1000); the node config sets them (raise one to take part in a larger run)
 ``codedfl.max-partitions``         K at most this (default 1024)
 ``codedfl.max-vector-length``      d at most this (default 2^28 elements, 1 GiB per vector)
 
+and its identity and trust roster (authenticated keys, :mod:`coded_fl.secagg.identity`; both
+off by default, set in the deployment scripts):
+
+``codedfl.identity-key``           path of this silo's ECDSA private key (P-256 or P-384, PEM
+                                   or OpenSSH, e.g. its SuperNode authentication key): it signs
+                                   its key-agreement key with it
+``codedfl.trusted-keys``           a public-key file or a directory of ``*.pub``/``*.pem``
+                                   files: every peer key this silo uses must be signed by one
+                                   of them for that peer's silo index (unsigned keys refused)
+
 >>> p = ClientPolicy(min_privacy_threshold=2).tightened({"codedfl.min-privacy-threshold": 3})
 >>> p.min_privacy_threshold, p.min_silos, p.max_silos, p.silo
 (3, 1, 256, None)
@@ -49,14 +59,24 @@ at n = 1000); the node config sets them (raise one to take part in a larger run)
 
 from __future__ import annotations
 
+import functools
 import json
 import math
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
 from coded_fl.errors import ConfigurationError, ExceedsLimitsError, RemoteProtocolError
 from coded_fl.secagg.config import ProtocolConfig
+from coded_fl.secagg.identity import (
+    IDENTITY_KEY_SETTING,
+    TRUSTED_KEYS_SETTING,
+    Identity,
+    TrustRoster,
+    load_identity,
+    load_trusted,
+)
 from coded_fl.secagg.messages import SERVER
 from coded_fl.vocabulary import PREFIX
 
@@ -118,6 +138,11 @@ class ClientPolicy:
     max_silos, max_partitions, max_vector_length
         Refuse n, K or d above these (checked on the raw configuration, before the gradient
         code or anything else proportional to them is built).
+    identity
+        This silo's identity signing key, if any: it endorses its key-agreement key with it.
+    trusted
+        The identities this silo trusts, if any: every peer key it uses must carry a valid
+        endorsement by one of them (unsigned keys are refused). None: no key is checked.
 
     Raises
     ------
@@ -140,8 +165,14 @@ class ClientPolicy:
     max_silos: int = 256
     max_partitions: int = 1024
     max_vector_length: int = 1 << 28
+    identity: Identity | None = None
+    trusted: TrustRoster | None = None
 
     def __post_init__(self) -> None:
+        if self.identity is not None and not isinstance(self.identity, Identity):
+            raise ConfigurationError("identity must be a coded_fl.secagg.identity.Identity")
+        if self.trusted is not None and not isinstance(self.trusted, TrustRoster):
+            raise ConfigurationError("trusted must be a coded_fl.secagg.identity.TrustRoster")
         for name in (*_KEYS, *_MAX_KEYS):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
@@ -204,6 +235,10 @@ class ClientPolicy:
                     f"node config {EXPECTED_SILO_KEY}={silo} contradicts the mod's silo={self.silo}"
                 )
             changes["silo"] = silo
+        if node_config.get(IDENTITY_KEY_SETTING) is not None:
+            changes["identity"] = _cached(load_identity, node_config[IDENTITY_KEY_SETTING])
+        if node_config.get(TRUSTED_KEYS_SETTING) is not None:  # replaces, never turns trust off
+            changes["trusted"] = _cached(load_trusted, node_config[TRUSTED_KEYS_SETTING])
         return replace(self, **changes)
 
     def check_size(self, raw_config: bytes) -> None:
@@ -296,6 +331,27 @@ class ClientPolicy:
                 f"({EXPECTED_SILO_KEY})",
                 sender=SERVER,
             )
+
+
+def _cached(load: Any, raw: object) -> Any:
+    """``load(path)``, read again only when the path's files change (the mod builds the
+    policy for every message)."""
+    key = IDENTITY_KEY_SETTING if load is load_identity else TRUSTED_KEYS_SETTING
+    if not isinstance(raw, str) or not raw:
+        raise ConfigurationError(f"node config {key} must be a path (a string)")
+    try:
+        st = os.stat(raw)
+        stamp = (st.st_mtime_ns, st.st_size, st.st_ino)
+    except OSError as exc:
+        raise ConfigurationError(
+            f"node config {key}: cannot read {raw}: {type(exc).__name__}"
+        ) from None
+    return _load_cached(load, raw, stamp)
+
+
+@functools.lru_cache(maxsize=16)
+def _load_cached(load: Any, path: str, stamp: tuple[int, int, int]) -> Any:
+    return load(path)
 
 
 def _flag(raw: object, key: str) -> bool:

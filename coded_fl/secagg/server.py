@@ -63,6 +63,7 @@ from coded_fl.quantize import dequantize
 from coded_fl.secagg.aligned import EDGE_KEY_BYTES, EDGE_TAG_BYTES, edge_silos, incident
 from coded_fl.secagg.config import ProtocolConfig
 from coded_fl.secagg.derive import CONFIRM_BYTES, CONTEXT_BYTES
+from coded_fl.secagg.identity import check_credential_sizes, verify_endorsement
 from coded_fl.secagg.messages import (
     SERVER,
     KeyReply,
@@ -218,6 +219,9 @@ class ServerMachine:
         self.stage = ServerStage.INIT
         self.roster: dict[int, bytes] = {}
         self._pending_keys: dict[int, bytes] = {}
+        # silo -> (identity key, endorsement) it sent with its key: relayed with every entry
+        self.credentials: dict[int, tuple[bytes, bytes]] = {}
+        self._pending_credentials: dict[int, tuple[bytes, bytes]] = {}
         self._asked: set[int] = set()
         self.last_round = 0
         self._round: _Round | None = None
@@ -283,6 +287,7 @@ class ServerMachine:
         if any(not 0 <= s < cfg.n for s in targets) or not targets:
             raise LocalProtocolError(f"silos must be a non-empty subset of 0..{cfg.n - 1}")
         self._pending_keys, self._asked = {}, set(targets)
+        self._pending_credentials = {}
         self.stage = ServerStage.KEYS
         body = cfg.to_json()
         return [
@@ -296,6 +301,19 @@ class ServerMachine:
         if msg.sender in self._pending_keys:
             raise RemoteProtocolError("duplicate key reply", sender=msg.sender)
         check_public_key(msg.public_key, sender=msg.sender)
+        check_credential_sizes(msg.identity, msg.signature, sender=msg.sender)
+        if msg.identity and not verify_endorsement(
+            digest=self.config.digest,
+            run=self.config.run_bytes,
+            silo=msg.sender,
+            public_key=msg.public_key,
+            identity=msg.identity,
+            signature=msg.signature,
+        ):  # the server cannot judge trust, but a signature that does not verify is garbage
+            raise RemoteProtocolError(
+                "the endorsement of its key does not verify under its identity key",
+                sender=msg.sender,
+            )
         key = bytes(msg.public_key)
         taken = {**self.roster, **self._pending_keys}
         if any(k == key for silo, k in taken.items() if silo != msg.sender):
@@ -307,6 +325,7 @@ class ServerMachine:
                 sender=msg.sender,
             )
         self._pending_keys[msg.sender] = key
+        self._pending_credentials[msg.sender] = (bytes(msg.identity), bytes(msg.signature))
 
     @property
     def keys_received(self) -> int:
@@ -336,8 +355,16 @@ class ServerMachine:
             self._edge_tags.pop(silo, None)
             self._relay.pop(silo, None)
         self.roster, self._pending_keys = roster, {}
+        self.credentials.update(self._pending_credentials)
+        self._pending_credentials = {}
         self.stage = ServerStage.READY
         return missing
+
+    def _credentials_of(self, silos: Sequence[int]) -> tuple[tuple[bytes, bytes], ...]:
+        """The (identity, endorsement) pairs to relay with ``silos``' keys (empty: none
+        signed)."""
+        creds = tuple(self.credentials.get(s, (b"", b"")) for s in silos)
+        return creds if any(i for i, _ in creds) else ()
 
     # ------------------------------------------------------------------ collection
     def start_round(self, number: int) -> list[TrainRequest]:
@@ -353,6 +380,7 @@ class ServerMachine:
             raise LocalProtocolError(f"round {number} must follow round {self.last_round}")
         cfg = self.config
         roster = tuple(sorted(self.roster.items()))
+        credentials = self._credentials_of([s for s, _ in roster])
         aligned = cfg.aligned and self.edges_ready
         deal = self._deal_plan(number) if cfg.aligned else {}
         self._round = _Round(number, barred=self._bar_next | self.excluded, aligned=aligned)
@@ -371,6 +399,7 @@ class ServerMachine:
                 sender=SERVER,
                 recipient=s,
                 roster=roster,
+                credentials=credentials,
                 aligned=aligned,
                 edge_keys=tuple(
                     (dealer, q, h, box)
@@ -629,6 +658,7 @@ class ServerMachine:
         rows = self._fix_survivors(rnd, survivors)
         weights = tuple(tuple(int(v) for v in row) for row in rows)
         keys = tuple(self.roster[i] for i in survivors)
+        credentials = self._credentials_of(survivors)
         requests = []
         # per survivor, what it left for each recipient: built once, O(sum of shares + tags);
         # each request then reads one entry per survivor (the (n - s)^2 part, kept minimal)
@@ -650,6 +680,7 @@ class ServerMachine:
                     shares=boxes,
                     keys=keys,
                     tokens=tokens,
+                    credentials=credentials,
                 )
             )
         return requests

@@ -32,6 +32,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from coded_fl.secagg.identity import IDENTITY_KEY_SETTING, TRUSTED_KEYS_SETTING
 from simulations.deploy.certs import make_credentials, make_node_key
 
 __all__ = ["Deployment", "DeploymentError", "Proc", "free_port", "stop_recorded"]
@@ -432,6 +433,9 @@ class Deployment:
         )
         if not m:
             raise DeploymentError(f"cannot read the node id from: {res.stdout!r}")
+        trusted = self.creds / "registered"  # the nodes' trust roster (codedfl.trusted-keys)
+        trusted.mkdir(exist_ok=True)
+        shutil.copyfile(pub, trusted / pub.name)
         return int(m.group(1))
 
     def nodes(self, *, netns: str | None = None) -> list[dict[str, object]]:
@@ -462,9 +466,19 @@ class Deployment:
         without TLS or without an authentication key (the refusal tests do). ``env`` is this
         node's own environment on top of the deployment's (e.g. ``ATEN_CPU_CAPABILITY``,
         ``OMP_NUM_THREADS``: a site whose CPU kernels differ, for the heterogeneity bed).
+        A node with an authentication key also signs its key-agreement keys with it and trusts
+        the public keys of the nodes :meth:`register` registered (node config
+        ``codedfl.identity-key`` and ``codedfl.trusted-keys``, unless ``node_config`` sets
+        them).
         """
         tls = self.tls if tls is None else tls
         key = self.auth if key is None else key
+        if key:  # authenticated key agreement: the node's auth key signs, the registered trust
+            node_config = {
+                IDENTITY_KEY_SETTING: str(self.node_key(name)[0]),
+                TRUSTED_KEYS_SETTING: str(self.creds / "registered"),
+                **node_config,
+            }
         port = free_port()
         cfg = " ".join(f"{k}={_toml(v)}" for k, v in node_config.items())
         cmd = [

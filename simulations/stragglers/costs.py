@@ -313,15 +313,16 @@ class CostModel:
         relayed = [min(s, k - 1 - j) for j in range(k)]
 
         def request(r: int) -> int:
-            # per survivor: index and weight (12), public key (36), two lengths (8)
-            return 37 + 52 * k + (k - r) * 24 + r * box
+            # per survivor: index and weight (12), public key (36), two lengths (8), and an
+            # unsigned key's empty identity and signature (8; signed keys add 97 or 145)
+            return 37 + 60 * k + (k - r) * 24 + r * box
 
         if self.masking == "aligned":
             # no shares, tags or context (4 + 0); the two edge-key lists hold group 0's e
             # confirmation tags once the keys are dealt: edge, length, 8 bytes (20 each)
             e = mask_degree(n, s, self.masking)
             sizes = {
-                "train_request": 42 + 40 * n,
+                "train_request": 42 + 48 * n,
                 "upload": 53 + 4 * d + 20 * e,
                 "recovery_request": 0,
                 "recovery_request_mean": 0,
@@ -332,8 +333,9 @@ class CostModel:
                 raise ValueError(f"unknown message {what!r}")
             return sizes[what]
         sizes = {
-            # header and roster; the aligned flag and two empty edge-key lists (9)
-            "train_request": 42 + 40 * n,
+            # header and roster (per entry: index, key, and an unsigned key's empty identity and
+            # signature, 48); the aligned flag and two empty edge-key lists (9)
+            "train_request": 42 + 48 * n,
             # masked vector, context (4 + 16), per tag: recipient, length, 8 bytes (16), per
             # sealed share: recipient and length (8); two empty edge-key lists (8)
             "upload": 69 + 4 * d + 16 * U + (n - U) * (8 + box),

@@ -49,22 +49,26 @@ def fields(raw: bytes) -> list[Field]:
         out.append(Field(pos, "length", name))
         pos += 4 + u32(pos)
 
-    if kind in (1, 2):  # KeyRequest config / KeyReply public key
-        blob("config" if kind == 1 else "public_key")
+    if kind == 1:  # KeyRequest config
+        blob("config")
+    elif kind == 2:  # KeyReply public key, identity key, signature
+        for name in ("public_key", "identity", "signature"):
+            blob(name)
     elif kind in (3, 4):  # TrainRequest roster / Upload masked, context, tags, shares
-        lists = [("roster", "key")]
+        lists: list[tuple[str, tuple[str, ...]]] = [("roster", ("key", "identity", "signature"))]
         if kind == 4:
             blob("masked")
             blob("context")
-            lists = [("tags", "tag"), ("shares", "share")]
-        for name, item in lists:
+            lists = [("tags", ("tag",)), ("shares", ("share",))]
+        for name, items in lists:
             count = u32(pos)
             out.append(Field(pos, "count", name))
             pos += 4
             for _ in range(count):
                 out.append(Field(pos, "id", "silo"))
                 pos += 4
-                blob(item)
+                for item in items:
+                    blob(item)
         if kind == 3:  # the aligned flag, the relayed edge keys, the deal instructions
             out.append(Field(pos, "id", "aligned flag"))
             pos += 1
@@ -91,8 +95,11 @@ def fields(raw: bytes) -> list[Field]:
         pos += 8
         out += [Field(pos + 4 * i, "id", "survivor") for i in range(n)]
         pos += 4 * n + 4 * n * rows
-        for i in range(3 * n):
-            blob(("share", "token", "key")[i // n])
+        for i in range(2 * n):
+            blob(("share", "token")[i // n])
+        for _ in range(n):  # per survivor: its key, identity key and signature
+            for name in ("key", "identity", "signature"):
+                blob(name)
     elif kind == 6:  # RecoveryReply
         out += [Field(pos, "count", "rows"), Field(pos + 4, "count", "cols")]
     elif kind == 7:  # Refusal

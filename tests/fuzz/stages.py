@@ -3,7 +3,9 @@
 of the machines' state, and the paths a peer's bytes take at each end.
 
 Configuration: n = 5, s = 1, T = 1, U = 3, d = 12 (m = 6). Every silo uploads, so recovery
-requests carry two weight rows (the decoding vector and one parity check).
+requests carry two weight rows (the decoding vector and one parity check). Every silo signs its
+key (even silos on P-256, odd ones on P-384) and trusts all five identities, so the relayed
+identity keys and signatures are real and every silo checks them.
 """
 
 from __future__ import annotations
@@ -15,11 +17,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
+from cryptography.hazmat.primitives.asymmetric import ec
 
 from clients.mod import _limits
 from coded_fl.layout import EXTRAS, UpdateLayout
 from coded_fl.secagg import ProtocolConfig, RoundResult, ServerMachine
 from coded_fl.secagg.client import ClientMachine
+from coded_fl.secagg.identity import Identity, TrustRoster
 from coded_fl.secagg.messages import (
     SERVER,
     KeyReply,
@@ -47,6 +51,12 @@ CFG = ProtocolConfig(
 OTHER = dataclasses.replace(CFG, session="other")
 #: The silo whose machine the client end fuzzes (a survivor in every round).
 SILO = 1
+#: Each silo's identity (fixed scalars: the recording is the same in every process).
+IDENTITIES = {
+    i: Identity(ec.derive_private_key(7919 + i, ec.SECP256R1() if i % 2 == 0 else ec.SECP384R1()))
+    for i in range(CFG.n)
+}
+TRUST = TrustRoster(x.public_bytes for x in IDENTITIES.values())
 
 SERVER_TYPES = ("KeyReply", "Upload", "RecoveryReply", "Refusal")
 CLIENT_TYPES = ("KeyRequest", "TrainRequest", "RecoveryRequest")
@@ -91,6 +101,8 @@ def recording() -> Recording:
     rec = Recording()
     h = Harness(CFG, seed=11)
     s, c = h.server, h.clients
+    for i, m in c.items():
+        m.policy = dataclasses.replace(m.policy, identity=IDENTITIES[i], trusted=TRUST)
     rec.client["new"] = _keep(c[SILO])
     key_requests = s.start_key_exchange()
     key_replies = [c[q.recipient].receive(q) for q in key_requests]

@@ -3,7 +3,8 @@ authentication in its own network namespace, three sites in theirs, each behind 
 (``simulations.deploy.testbed``). Every test is bounded by explicit deadlines and the bed is torn
 down even when a test fails.
 
-- refusals (unregistered key, no TLS, untrusted CA) and the tampered share run in the slow set;
+- refusals (unregistered key, no TLS, untrusted CA, an untrusted identity) and the tampered
+  share run in the slow set;
 - the longer ones (slow site, killed node, restarted node / aborted round) need
   ``CODED_FL_DEPLOY_FULL=1`` (about 2 minutes each here; see docs/deploy.md)::
 
@@ -24,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from simulations.deploy.certs import make_ca
+from simulations.deploy.certs import make_ca, make_node_key
 from simulations.deploy.launcher import DeploymentError
 from simulations.deploy.testbed import Site, TestBed, namespaces_available
 
@@ -175,6 +176,46 @@ def test_node_without_tls_is_refused(bed: TestBed) -> None:
     assert bed.dep.wait_exit("wrongca", timeout=90) not in (None, 0)
     assert "CERTIFICATE_VERIFY_FAILED" in Path(bed.dep.procs["wrongca"].log).read_text()
     assert {n["node-id"] for n in bed.nodes()} == before
+
+
+def test_a_site_with_an_untrusted_identity_stops_the_run_naming_the_setting(
+    healthy: TestBed,
+) -> None:
+    # site 1 connects with its registered auth key but signs its key-agreement key with an
+    # identity no other site trusts: both others refuse its roster entry (UNTRUSTED_KEY), so
+    # no round can complete and the run stops after round 1, failed, naming the setting
+    make_node_key(healthy.run_dir, "stranger")
+    healthy.dep.stop("site1", grace=10)
+    try:
+        end = time.monotonic() + 150
+        while True:
+            try:
+                healthy.start_node(
+                    1,
+                    node_config={"codedfl.identity-key": str(healthy.run_dir / "stranger")},
+                    timeout=60,
+                )
+                break
+            except DeploymentError:
+                if time.monotonic() > end:
+                    raise
+                time.sleep(5)
+        cfg = _config(healthy, "untrusted", **{"num-rounds": 3})
+        t0 = time.monotonic()
+        out = healthy.run(APP, cfg, timeout=RUN_TIMEOUT, log_name="untrusted")
+        elapsed = time.monotonic() - t0
+        rep = _report(cfg["report-file"])
+        assert not rep.get("done"), rep
+        assert len(rep["rounds"]) <= 1, rep["rounds"]
+        assert "codedfl.trusted-keys" in out and "untrusted-key" in out, out[-3000:]
+        assert elapsed < 240, elapsed  # one round, not three timeouts
+        res = healthy.flwr(["ls", healthy.dep.connection, "--format", "json"])
+        runs = sorted(
+            json.loads(res.stdout[res.stdout.index("{") :])["runs"], key=lambda r: int(r["run-id"])
+        )
+        assert "completed" not in str(runs[-1].get("status")), runs[-1]  # scripts exit non-zero
+    finally:
+        healthy.dep.stop("site1", grace=10)  # the next test's fixture restarts it as it was
 
 
 # ---------------------------------------------------------------------------- tampering

@@ -159,7 +159,7 @@ def test_mean_recovery_request_counts_the_relayed_shares_of_every_survivor() -> 
     model = fit_costs(points)
     k, m = 4, points[0].m
     box = 28 + 4 * m
-    expect = sum(37 + 52 * k + (k - r) * 24 + r * box for r in (2, 2, 1, 0)) / k
+    expect = sum(37 + 60 * k + (k - r) * 24 + r * box for r in (2, 2, 1, 0)) / k
     assert model.bytes("recovery_request_mean", n=6, s=2, d=64) == pytest.approx(expect)
     assert points[0].recovery_request_mean_bytes == pytest.approx(expect)
     assert model.bytes("recovery_request", n=6, s=2, d=64) > expect

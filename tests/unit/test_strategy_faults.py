@@ -12,6 +12,7 @@ import itertools
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -524,3 +525,51 @@ def test_a_clientapp_without_the_mod_is_named_with_the_fix_first() -> None:
     text = str(info.value)
     assert text.startswith("key exchange: silo(s) [0, 1, 2, 3] sent no key"), text
     assert "ClientApp(mods=[coded_secagg_mod])" in text and "Traceback" not in text
+
+
+def _site_keys(tmp: Path, n: int) -> Path:
+    """One OpenSSH P-384 key pair per site, as simulations/deploy/certs.py makes them."""
+    from simulations.deploy.certs import make_node_key
+
+    keys = tmp / "nodes"
+    keys.mkdir()
+    for i in range(n):
+        make_node_key(keys, f"site{i}")
+    return keys
+
+
+def _signed_grid(keys: Path, n: int) -> FakeGrid:
+    grid = FakeGrid(n, node_config={"codedfl.trusted-keys": str(keys)})
+    for i in range(n):
+        grid.contexts[100 + i].node_config["codedfl.identity-key"] = str(keys / f"site{i}")
+    return grid
+
+
+def test_signed_keys_with_every_site_trusted_complete_every_round(tmp_path: Path) -> None:
+    keys = _site_keys(tmp_path, 4)
+    s = _strategy(4)
+    _start(s, _signed_grid(keys, 4), 2)
+    assert [r.ok for r in s.reports] == [True, True]
+
+
+def test_a_site_with_an_untrusted_identity_stops_the_run_after_the_first_round(
+    tmp_path: Path,
+) -> None:
+    # site 2's public key is not among the trusted keys (not registered): every other site
+    # refuses its roster entry, so no round can complete; the run stops naming the setting
+    keys = _site_keys(tmp_path, 4)
+    (keys / "site2.pub").unlink()
+    s = _strategy(4)
+    with pytest.raises(ConfigurationError, match=r"cannot complete.*codedfl.trusted-keys") as e:
+        _start(s, _signed_grid(keys, 4), 3)
+    assert len(s.reports) == 1 and not s.reports[0].ok
+    assert "PRIVATE" not in str(e.value) and "AAAA" not in str(e.value)
+
+
+def test_a_site_without_an_identity_is_refused_by_sites_that_trust(tmp_path: Path) -> None:
+    keys = _site_keys(tmp_path, 4)
+    grid = _signed_grid(keys, 4)
+    del grid.contexts[101].node_config["codedfl.identity-key"]  # site 1 signs nothing
+    s = _strategy(4)
+    with pytest.raises(ConfigurationError, match=r"unsigned.*codedfl.identity-key"):
+        _start(s, grid, 3)
