@@ -95,14 +95,15 @@ MAX_COUNT = 2**24 - 1
 #: B: integer model elements travel as balanced base-B digits, each in [-B/2, B/2).
 INTEGER_BASE = 256
 
-#: R: digits per integer element: balanced base-256 digits hold any
-#: :math:`|w x| \le (B^R - 1) / 2`, more than :math:`2^{39} \cdot 2^{64}` (a ``num-examples``
-#: below :data:`MAX_INTEGER_WEIGHT` times any int64 or uint64 value).
+#: R: digits per integer element: R balanced base-256 digits (each in [-128, 127]) hold every
+#: integer in [-128 (B^R - 1) / 255, 127 (B^R - 1) / 255], which contains
+#: :math:`\pm 2^{38} \cdot 2^{64}` (a ``num-examples`` below :data:`MAX_INTEGER_WEIGHT` times
+#: any int64 or uint64 value).
 INTEGER_DIGITS = 13
 
 #: The ``num-examples`` a partition may report when the model has integer arrays: whole numbers
-#: below 2^39 (the digits then hold every product).
-MAX_INTEGER_WEIGHT = 2**39
+#: below 2^38 (the digits then hold every product).
+MAX_INTEGER_WEIGHT = 2**38
 
 #: Dtype kinds summed exactly as integers (signed, unsigned, bool).
 INTEGER_KINDS = "iub"
@@ -456,7 +457,11 @@ class UpdateLayout:
             raise InputError(
                 f"update has {values.size} integer values, the model {self.integer_size}"
             )
-        if values.dtype.kind not in INTEGER_KINDS:
+        whole = values.dtype.kind in INTEGER_KINDS or (
+            values.dtype == object
+            and all(isinstance(v, (int, np.integer)) for v in values.tolist())
+        )
+        if not whole:
             raise InputError(f"integer values must be integers, got dtype {values.dtype}")
         w = _whole_weight(examples)
         if self.count_cap(clip_range) < INTEGER_BASE // 2:
@@ -701,7 +706,7 @@ def _whole_weight(examples: float) -> int:
     if not (math.isfinite(w) and w.is_integer() and 1 <= w < MAX_INTEGER_WEIGHT):
         raise InputError(
             f"the model has integer arrays, which are averaged exactly: num-examples must be "
-            f"a whole number in [1, 2^39), got {examples!r}"
+            f"a whole number in [1, 2^38), got {examples!r}"
         )
     return int(w)
 
