@@ -65,7 +65,7 @@ from coded_fl.errors import (
     WeightBoundError,
 )
 from coded_fl.kernels import warm_up
-from coded_fl.layout import UpdateLayout, check_same_layout, flatten
+from coded_fl.layout import UpdateLayout, check_same_layout, element_count, flatten
 from coded_fl.secagg.client import (
     ClientMachine,
     TrainTask,
@@ -371,7 +371,7 @@ def _train_partitions(
         metric_keys=spec.metric_keys,
         scale=cfg.quantization.scale,
         integer_names=ints,
-        integer_size=sum(math.prod(model[name].shape) for name in ints),
+        integer_size=element_count(model, ints),
     )
     if cfg.vector_length != lay.length:
         raise ConfigurationError(

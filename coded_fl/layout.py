@@ -77,8 +77,12 @@ __all__ = [
     "array_layout",
     "check_same_layout",
     "count_unit",
+    "element_count",
     "flatten",
+    "integer_digits",
     "integer_names",
+    "integer_values",
+    "integers_from_digits",
     "npy_header",
 ]
 
@@ -399,9 +403,9 @@ class UpdateLayout:
         """
         ints = integer_values(arrays, self.integer_names) if self.integer_size else None
         if theta.device.type != "cpu":
-            flat = flatten(arrays, integers=self.integer_names).to(theta.device)
+            trained = flatten(arrays, integers=self.integer_names).to(theta.device)
             return self.pack(
-                (flat - theta) * rho,
+                (trained - theta) * rho,
                 rho=rho,
                 clip_range=clip_range,
                 metrics=metrics,
@@ -645,6 +649,15 @@ def integer_names(arrays: Mapping[str, Any]) -> tuple[str, ...]:
     >>> integer_names({"w": np.zeros(2, np.float32), "bn.num_batches_tracked": np.int64(3)})
     ('bn.num_batches_tracked',)
 
+    Parameters
+    ----------
+    arrays
+        Named arrays (Flower ``ArrayRecord`` or NumPy arrays).
+
+    Returns
+    -------
+    tuple[str, ...]
+
     Raises
     ------
     InputError
@@ -661,6 +674,27 @@ def integer_names(arrays: Mapping[str, Any]) -> tuple[str, ...]:
                 "integer arrays only"
             )
     return tuple(out)
+
+
+def element_count(arrays: Mapping[str, Any], names: Sequence[str]) -> int:
+    """The number of elements of the arrays ``names`` (read from their shapes): the e of
+    :attr:`UpdateLayout.integer_size`.
+
+    >>> element_count({"a": np.zeros((2, 3)), "b": np.int64(1)}, ["a", "b"])
+    7
+
+    Parameters
+    ----------
+    arrays
+        Named arrays (Flower ``ArrayRecord`` or NumPy arrays).
+    names
+        The arrays to count.
+
+    Returns
+    -------
+    int
+    """
+    return sum(math.prod(tuple(arrays[name].shape)) for name in names)
 
 
 def integer_values(arrays: Mapping[str, Any], names: Sequence[str]) -> np.ndarray:
@@ -755,6 +789,11 @@ def integers_from_digits(digits: np.ndarray) -> np.ndarray:
 
     >>> integers_from_digits(integer_digits(np.array([300, -1], dtype=object))).tolist()
     [300, -1]
+
+    Parameters
+    ----------
+    digits
+        Shape ``(rows, R)``, least significant first.
 
     Returns
     -------
