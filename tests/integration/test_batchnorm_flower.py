@@ -13,10 +13,7 @@ arrays agree within the quantization bound; the integer buffers come back as Flo
 
 from __future__ import annotations
 
-import importlib.util
-import random
 import re
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -25,21 +22,11 @@ import torch
 from flwr.app import ArrayRecord, MetricRecord, RecordDict
 from flwr.serverapp.strategy.strategy_utils import aggregate_arrayrecords
 
-from clients.mod import partition_seed
 from coded_fl.quantize import QuantizationConfig
-from tests.integration.test_plugin_guide import apply_guide
+from tests.integration.test_plugin_guide import project_task, run_guided, seed_as_the_mod
 
 PROJECT = Path(__file__).with_name("quickstart_bn")
 N = 4
-
-
-def _task(dst: Path):  # type: ignore[no-untyped-def]
-    path = dst / "quickstart" / "task.py"
-    spec = importlib.util.spec_from_file_location("quickstart_bn_task", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _round_one(out: str) -> tuple[int, float, float]:
@@ -59,15 +46,7 @@ def _round_one(out: str) -> tuple[int, float, float]:
 @pytest.mark.integration
 @pytest.mark.slow
 def test_a_batchnorm_resnet_runs_unedited_and_round_one_is_plain_fedavg(tmp_path: Path) -> None:
-    from simulations.runtime.local_superlink import LocalSuperLink
-
-    dst = tmp_path / "quickstart"
-    shutil.copytree(PROJECT, dst, ignore=shutil.ignore_patterns("__pycache__"))
-    apply_guide(dst)
-    models = tmp_path / "models"
-    models.mkdir()
-    with LocalSuperLink(tmp_path / "flwr-home") as link:
-        out = link.run(dst, num_supernodes=N, run_config=f'model-dir="{models}"', timeout=600)
+    out, models = run_guided(PROJECT, tmp_path, num_supernodes=N)
     assert "[coded-fl] round 1: used" in out, out[-3000:]
     assert "[coded-fl] round 2: used" in out, out[-3000:]  # the float64 counters went back out
     assert "ABORTED" not in out and "clipped" not in out, out[-3000:]
@@ -75,16 +54,13 @@ def test_a_batchnorm_resnet_runs_unedited_and_round_one_is_plain_fedavg(tmp_path
     assert seed_id is not None, out[-3000:]
     protocol, weight_bound, g = _round_one(out)
 
-    task = _task(dst)
+    task = project_task(tmp_path / "quickstart", "quickstart_bn_task")
     initial = dict(np.load(models / "round_0.npz"))
     ours = dict(np.load(models / "round_1.npz"))
     torch.set_num_threads(1)
     replies, weights = [], []
     for k in range(N):  # plain FedAvg's round 1 with the seeds every replica of k used
-        seed = partition_seed(seed_id.group(1), protocol, k)
-        torch.manual_seed(seed)
-        np.random.seed(seed % 2**32)
-        random.seed(seed)
+        seed_as_the_mod(seed_id.group(1), protocol, k)
         net = task.Net()
         net.load_state_dict({n: torch.from_numpy(a) for n, a in initial.items()})
         trainset, _ = task.load_data(k, N)
@@ -110,7 +86,9 @@ def test_a_batchnorm_resnet_runs_unedited_and_round_one_is_plain_fedavg(tmp_path
         exact = sum(v * w for v, w in zip(values, weights, strict=True)) / sum(weights)
         assert float(ours[name]) == exact, (name, values)
         assert len(set(values)) > 1 and not exact.is_integer()  # uneven: a real weighted mean
-        assert abs(float(ours[name]) - float(want)) <= 2 * np.spacing(exact), (ours[name], want)
+        # Flower's float sum can differ from the exact mean by a few ulps in general (the unit
+        # and property tests allow K); for these counters and weights it is the same float64
+        assert float(ours[name]) == float(want), (ours[name], want)
         print(f"{name}: coded {float(ours[name])!r}, FedAvg {float(want)!r}, exact {exact!r}")
     # float arrays: K stochastic roundings of step g / scale, over the total weight sum w / W
     scale = QuantizationConfig.for_summands(N, clip_range=1.0, headroom_bits=8).scale

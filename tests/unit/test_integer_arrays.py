@@ -41,6 +41,7 @@ from coded_fl.layout import (
 from coded_fl.quantize import QuantizationConfig, RoundingKey, dequantize, quantize
 from coded_fl.vocabulary import TrainSpec
 from strategies import CodedSecAggWorkflow
+from tests.unit.test_legacy import FAST
 from tests.unit.test_strategy_faults import FakeGrid, _strategy, _task_identity  # noqa: F401
 
 F = PrimeField()
@@ -356,17 +357,7 @@ def test_legacy_fedavg_gets_the_float64_mean(inplace: bool) -> None:
             initial_parameters=ndarrays_to_parameters(_legacy_start()),
         ),
     )
-    fit = CodedSecAggWorkflow(
-        num_stragglers=1,
-        privacy_threshold=1,
-        round_timeout=5.0,
-        recovery_timeout=5.0,
-        key_timeout=5.0,
-        node_wait_timeout=5.0,
-        poll_interval=0.001,
-        extra_wait=0.0,
-        progress=lambda r: None,
-    )
+    fit = CodedSecAggWorkflow(num_stragglers=1, privacy_threshold=1, **FAST)  # type: ignore[arg-type]
     DefaultWorkflow(fit_workflow=fit)(grid, ctx)
     assert fit.coded is not None and [r.ok for r in fit.coded.reports] == [True]
     got = list(ctx.state.array_records["parameters"].values())[1].numpy()
