@@ -358,8 +358,9 @@ class UpdateLayout:
         beyond = int((size > float(np.float32(clip_range))).sum())
         wide = int((size > float(_shrunk(clip_range))).sum())
         extras = self._extras(rho, clip_range, beyond, wide, metrics)
-        ints = self._integer_part(integers, examples, clip_range)
-        return torch.cat([flat, torch.tensor(extras, dtype=torch.float32), torch.from_numpy(ints)])
+        ints = torch.from_numpy(self._integer_part(integers, examples, clip_range))
+        tail = torch.cat([torch.tensor(extras, dtype=torch.float32), ints]).to(flat.device)
+        return torch.cat([flat, tail])
 
     def pack_arrays(
         self,
