@@ -65,7 +65,7 @@ from coded_fl.errors import (
     WeightBoundError,
 )
 from coded_fl.kernels import warm_up
-from coded_fl.layout import UpdateLayout, check_same_layout, flatten
+from coded_fl.layout import UpdateLayout, check_same_layout, element_count, flatten
 from coded_fl.secagg.client import (
     ClientMachine,
     TrainTask,
@@ -364,9 +364,17 @@ def _train_partitions(
     if spec.arrays_key not in msg.content:
         raise RemoteProtocolError(f"train request lacks the model under '{spec.arrays_key}'")
     model = msg.content[spec.arrays_key]
-    theta = flatten(model)
+    ints = spec.integer_arrays
+    missing = [name for name in ints if name not in model]
+    if missing:
+        raise RemoteProtocolError(f"train spec names integer arrays not in the model: {missing}")
+    theta = flatten(model, integers=ints)
     lay = UpdateLayout(
-        model_size=theta.numel(), metric_keys=spec.metric_keys, scale=cfg.quantization.scale
+        model_size=theta.numel(),
+        metric_keys=spec.metric_keys,
+        scale=cfg.quantization.scale,
+        integer_names=ints,
+        integer_size=element_count(model, ints),
     )
     if cfg.vector_length != lay.length:
         raise ConfigurationError(
@@ -421,7 +429,7 @@ def _partial(
     arrays = content.get(spec.arrays_key)
     if arrays is None:
         raise InputError(f"{who} returned no ArrayRecord under '{spec.arrays_key}'")
-    check_same_layout(arrays, model, who=who)  # type: ignore[arg-type]
+    check_same_layout(arrays, model, who=who, integers=lay.integer_names)  # type: ignore[arg-type]
     metrics = next(
         (r for r in content.values() if isinstance(r, MetricRecord) and spec.weight_key in r), None
     )
@@ -457,7 +465,13 @@ def _partial(
     values = {name: float(metrics.get(name, 0.0)) for name in spec.metric_keys}  # type: ignore[arg-type]
     try:
         return lay.pack_arrays(
-            arrays, theta, rho=rho, clip_range=c, metrics=values, delta_scale=spec.delta_scale
+            arrays,
+            theta,
+            rho=rho,
+            clip_range=c,
+            metrics=values,
+            delta_scale=spec.delta_scale,
+            examples=w,
         )
     except InputError as exc:
         raise InputError(f"{who}: {exc}") from None

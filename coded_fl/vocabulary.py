@@ -29,6 +29,7 @@ b'abc'
 from __future__ import annotations
 
 import io
+import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -331,6 +332,10 @@ class TrainSpec:
         packed as :math:`(w_k / W)(\\theta_k - \\theta) / g`, so the round's clip range is
         effectively :math:`g c` (and its quantization step g times coarser). The server raises
         it after a round that clipped (:mod:`strategies.driver`); public, like W.
+    integer_arrays
+        The names of the model's integer arrays (integer dtype in the run's initial model),
+        summed exactly (:mod:`coded_fl.layout`); fixed for the run, since Flower's FedAvg hands
+        them back as float64.
     """
 
     arrays_key: str = "arrays"
@@ -340,6 +345,7 @@ class TrainSpec:
     metric_keys: tuple[str, ...] = ()
     auto_weight: bool = False
     delta_scale: float = 1.0
+    integer_arrays: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, str | float]:
         """The entries of the :data:`TRAIN_KEY` config record."""
@@ -351,6 +357,7 @@ class TrainSpec:
             "metric-keys": ",".join(self.metric_keys),
             "auto-weight": int(self.auto_weight),
             "delta-scale": float(self.delta_scale),
+            "integer-arrays": json.dumps(list(self.integer_arrays)),
         }
 
     @classmethod
@@ -372,6 +379,7 @@ class TrainSpec:
                 metric_keys=tuple(k for k in keys.split(",") if k),
                 auto_weight=bool(int(entries.get("auto-weight", 0))),  # type: ignore[call-overload]
                 delta_scale=float(entries.get("delta-scale", 1.0)),  # type: ignore[arg-type]
+                integer_arrays=_names(entries.get("integer-arrays", "[]")),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise RemoteProtocolError(f"malformed '{TRAIN_KEY}' record: {exc}") from None
@@ -395,3 +403,13 @@ class TrainSpec:
                 f"{MAX_DELTA_SCALE:g}], got {g}"
             )
         return spec
+
+
+def _names(raw: object) -> tuple[str, ...]:
+    """A JSON list of strings (the ``integer-arrays`` entry); ValueError otherwise."""
+    names = json.loads(str(raw))
+    if not (isinstance(names, list) and all(isinstance(n, str) for n in names)):
+        raise ValueError(f"integer-arrays must be a JSON list of names, got {raw!r}")
+    if len(set(names)) != len(names):
+        raise ValueError("integer-arrays names an array twice")
+    return tuple(names)

@@ -34,7 +34,7 @@ from flwr.serverapp.strategy.strategy_utils import log_strategy_start_info
 
 from coded_fl.codes import GradientCode
 from coded_fl.errors import CodedFLError, ConfigurationError
-from coded_fl.layout import UpdateLayout, flatten
+from coded_fl.layout import UpdateLayout, element_count, flatten, integer_names
 from coded_fl.quantize import QuantizationConfig, check_clip_range, check_positive_real
 from coded_fl.secagg import ProtocolConfig, ServerMachine
 from coded_fl.secagg.policy import MIN_SCALE
@@ -581,8 +581,13 @@ class CodedSecAgg(Strategy):
             )
         n = len(nodes)
         self._check_inner(n)
+        # integer arrays (BatchNorm counters) are summed exactly, apart from the float model
+        ints = integer_names(initial_arrays)
         lay = UpdateLayout(
-            model_size=flatten(initial_arrays).numel(), metric_keys=self.spec.metric_keys
+            model_size=flatten(initial_arrays, integers=ints).numel(),
+            metric_keys=self.spec.metric_keys,
+            integer_names=ints,
+            integer_size=element_count(initial_arrays, ints),
         )
         run_id = f"flwr-run-{getattr(grid.run, 'run_id', 0)}"
         # a fresh session per start(): silos make new keys and restart their round counter

@@ -42,7 +42,7 @@ from coded_fl.vocabulary import CLIP_WIDENING, MSG_KEY, TRAIN_KEY
 
 from .exchange import Exchange
 from .membership import Membership
-from .records import keep_layout, message_record, unflatten
+from .records import integer_arrays, keep_layout, message_record, unflatten
 from .replies import feed, flower_message, late_reply
 from .report import RoundReport
 from .roster import RosterGrid
@@ -303,7 +303,12 @@ class RoundDriver:
     ) -> RoundReport:
         """Train requests to every silo, the first max(n-s, U) uploads, recovery, the sum."""
         st, machine, settings, ex = self.state, self.state.machine, self.settings, self.exchange
-        spec = replace(settings.spec, max_weight=st.weight_bound, delta_scale=st.delta_scale)
+        spec = replace(
+            settings.spec,
+            max_weight=st.weight_bound,
+            delta_scale=st.delta_scale,
+            integer_arrays=st.layout.integer_names,
+        )
         st.weight_refused = {}
         t0 = time.monotonic()
         report = RoundReport(round=r, ok=False, silos=st.config.n)
@@ -463,8 +468,12 @@ class RoundDriver:
             )
             report.seconds = time.monotonic() - t0
             return report
-        theta = flatten(arrays)
-        new = unflatten(theta + decoded.mean_delta.to(theta.dtype), arrays)
+        theta = flatten(arrays, integers=st.layout.integer_names)
+        new = unflatten(
+            theta + decoded.mean_delta.to(theta.dtype),
+            arrays,
+            integers=integer_arrays(decoded, st.layout.integer_names, arrays),
+        )
         report.total_weight = decoded.total_rho * st.weight_bound
         self._warn_clipped(report, decoded.clipped_entries, K)
         metrics: dict[str, int | float | list[int] | list[float]] = {

@@ -4,20 +4,26 @@ Names come from :mod:`coded_fl.vocabulary` (the one owner of the wire vocabulary
 the client mod); the update-vector layout and the flattening of a model come from
 :mod:`coded_fl.layout`. What is here needs Flower's types: framing a protocol message into an
 ``ArrayRecord`` and reading one back, and turning a flat vector back into a model record.
-Model arrays travel flattened in a fixed order (the ArrayRecord's key order) as float32.
+Model arrays travel flattened in a fixed order (the ArrayRecord's key order) as float32;
+integer arrays are summed exactly apart from them (:mod:`coded_fl.layout`) and come back as
+float64 weighted means, as Flower's FedAvg returns them.
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import torch
 from flwr.app import Array, ArrayRecord, RecordDict
 
 from coded_fl.errors import ConfigurationError, RemoteProtocolError
+from coded_fl.layout import DecodedUpdate
 from coded_fl.secagg.messages import Limits, Message, decode, encode_parts, peek_type
 from coded_fl.vocabulary import FRAME_ARRAY, MSG_KEY, frame_npy, read_frame
 
 __all__ = [
+    "integer_arrays",
     "keep_layout",
     "message_from",
     "message_record",
@@ -83,15 +89,22 @@ def message_from(
     return decode(raw, limits=limits)
 
 
-def unflatten(vector: torch.Tensor, like: ArrayRecord) -> ArrayRecord:
+def unflatten(
+    vector: torch.Tensor,
+    like: ArrayRecord,
+    *,
+    integers: Mapping[str, np.ndarray] | None = None,
+) -> ArrayRecord:
     """Split a flat vector into arrays shaped (and typed) like ``like``.
 
     Parameters
     ----------
     vector
-        The flat model, in ``like``'s key order.
+        The flat model, in ``like``'s key order (the arrays in ``integers`` left out).
     like
         The record whose names, shapes and dtypes the result takes.
+    integers
+        Arrays taken as they are, in ``like``'s key order (:func:`integer_arrays`).
 
     Returns
     -------
@@ -105,13 +118,47 @@ def unflatten(vector: torch.Tensor, like: ArrayRecord) -> ArrayRecord:
     out = ArrayRecord()
     pos = 0
     flat = vector.detach().cpu().numpy()
+    given = integers or {}
     for name, arr in like.items():
+        if name in given:
+            out[name] = Array(np.asarray(given[name], order="C"))
+            continue
         size = int(np.prod(arr.shape)) if arr.shape else 1
         piece = flat[pos : pos + size].reshape(arr.shape).astype(arr.dtype)
-        out[name] = Array(np.ascontiguousarray(piece))
+        out[name] = Array(np.asarray(piece, order="C"))  # asarray keeps a 0-d shape
         pos += size
     if pos != flat.size:
         raise ConfigurationError(f"vector has {flat.size} elements, the model {pos}")
+    return out
+
+
+def integer_arrays(
+    decoded: DecodedUpdate, names: Sequence[str], like: ArrayRecord
+) -> dict[str, np.ndarray]:
+    """The integer arrays' weighted means as Flower's FedAvg gives them: float64, shaped like
+    ``like``'s arrays; where replicas disagreed (erased) the value in ``like`` is kept.
+
+    Parameters
+    ----------
+    decoded
+        The round's decoded update (:attr:`~coded_fl.layout.DecodedUpdate.integer_mean`).
+    names
+        The model's integer arrays, in the layout's order.
+    like
+        The model of the round.
+
+    Returns
+    -------
+    dict[str, numpy.ndarray]
+    """
+    out, at = {}, 0
+    for name in names:
+        old = like[name].numpy()
+        mean = decoded.integer_mean[at : at + old.size]
+        kept = decoded.integer_erased[at : at + old.size]
+        value = np.where(kept, old.reshape(-1).astype(np.float64), mean)
+        out[name] = value.reshape(old.shape)
+        at += old.size
     return out
 
 
@@ -144,7 +191,7 @@ def keep_layout(got: ArrayRecord, like: ArrayRecord) -> ArrayRecord:
             and np.issubdtype(np.dtype(arr.dtype), np.floating)
             and np.issubdtype(np.dtype(ref.dtype), np.floating)
         ):
-            out[name] = Array(np.ascontiguousarray(arr.numpy().astype(ref.dtype)))
+            out[name] = Array(np.asarray(arr.numpy().astype(ref.dtype), order="C"))
         else:
             out[name] = arr
     return out

@@ -7,11 +7,17 @@ with `flwr run` on a local SuperLink and complete its rounds with coded secure a
 
 from __future__ import annotations
 
+import importlib.util
+import random
 import re
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
+import torch
+
+from clients.mod import partition_seed
 
 ROOT = Path(__file__).resolve().parents[2]
 PROJECT = Path(__file__).with_name("quickstart")
@@ -50,6 +56,40 @@ def apply_guide(dst: Path, blocks: list[tuple[str, list[str], list[str]]] | None
         target.write_text(text.replace(before, after))
 
 
+def run_guided(project: Path, tmp_path: Path, *, num_supernodes: int = 4) -> tuple[str, Path]:
+    """Copy ``project`` under ``tmp_path``, apply the Message-API guide and ``flwr run`` it on a
+    local SuperLink with ``model-dir`` set; returns (the run's output, the model folder)."""
+    from simulations.runtime.local_superlink import LocalSuperLink
+
+    dst = tmp_path / "quickstart"
+    shutil.copytree(project, dst, ignore=shutil.ignore_patterns("__pycache__"))
+    apply_guide(dst)
+    models = tmp_path / "models"
+    models.mkdir()
+    with LocalSuperLink(tmp_path / "flwr-home") as link:
+        out = link.run(
+            dst, num_supernodes=num_supernodes, run_config=f'model-dir="{models}"', timeout=600
+        )
+    return out, models
+
+
+def project_task(dst: Path, name: str):  # type: ignore[no-untyped-def]
+    """The guided project's ``quickstart/task.py``, imported under ``name``."""
+    spec = importlib.util.spec_from_file_location(name, dst / "quickstart" / "task.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def seed_as_the_mod(seed_id: str, protocol_round: int, k: int) -> None:
+    """Seed torch, NumPy and ``random`` as the mod did for partition k of that round."""
+    seed = partition_seed(seed_id, protocol_round, k)
+    torch.manual_seed(seed)
+    np.random.seed(seed % 2**32)
+    random.seed(seed)
+
+
 def test_guide_has_blocks_for_both_sides_and_the_project_is_ordinary():
     blocks = guide_blocks()
     files = {p for p, _, _ in blocks}
@@ -74,15 +114,7 @@ def test_applying_the_guide_changes_only_those_lines(tmp_path):
 @pytest.mark.integration
 @pytest.mark.slow
 def test_the_patched_quickstart_runs_with_flwr_run(tmp_path):
-    from simulations.runtime.local_superlink import LocalSuperLink
-
-    dst = tmp_path / "quickstart"
-    shutil.copytree(PROJECT, dst, ignore=shutil.ignore_patterns("__pycache__"))
-    apply_guide(dst)
-    models = tmp_path / "models"
-    models.mkdir()
-    with LocalSuperLink(tmp_path / "flwr-home") as link:
-        out = link.run(dst, num_supernodes=4, run_config=f'model-dir="{models}"', timeout=600)
+    out, models = run_guided(PROJECT, tmp_path)
     assert "[coded-fl] round 1: used" in out, out[-3000:]
     assert "[coded-fl] round 2: used" in out, out[-3000:]
     assert "ABORTED" not in out

@@ -11,45 +11,23 @@ id and the protocol round are in the server's log) and averages them.
 
 from __future__ import annotations
 
-import importlib.util
-import random
 import re
-import shutil
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 
-from clients.mod import partition_seed
 from coded_fl.quantize import QuantizationConfig
-from tests.integration.test_plugin_guide import apply_guide
+from tests.integration.test_plugin_guide import project_task, run_guided, seed_as_the_mod
 
 PROJECT = Path(__file__).with_name("quickstart_large")
 N, PARTITION = 4, 20_000
 
 
-def _task(dst: Path):  # type: ignore[no-untyped-def]
-    path = dst / "quickstart" / "task.py"
-    spec = importlib.util.spec_from_file_location("quickstart_large_task", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.mark.integration
 @pytest.mark.slow
 def test_the_guide_at_a_real_dataset_size_matches_plain_fedavg_round_one(tmp_path):
-    from simulations.runtime.local_superlink import LocalSuperLink
-
-    dst = tmp_path / "quickstart"
-    shutil.copytree(PROJECT, dst, ignore=shutil.ignore_patterns("__pycache__"))
-    apply_guide(dst)
-    models = tmp_path / "models"
-    models.mkdir()
-    with LocalSuperLink(tmp_path / "flwr-home") as link:
-        out = link.run(dst, num_supernodes=N, run_config=f'model-dir="{models}"', timeout=600)
+    out, models = run_guided(PROJECT, tmp_path, num_supernodes=N)
     assert "[coded-fl] round 1: used" in out, out[-3000:]
     assert "ABORTED" not in out, out[-3000:]
     assert "Global evaluation" in out  # Flower's own output stays
@@ -61,16 +39,13 @@ def test_the_guide_at_a_real_dataset_size_matches_plain_fedavg_round_one(tmp_pat
     assert rerun is not None and int(rerun.group(1)) == 32_768, out[-3000:]
     protocol_round = int(rerun.group(2))
 
-    task = _task(dst)
+    task = project_task(tmp_path / "quickstart", "quickstart_large_task")
     initial = torch.load(models / "initial_model.pt")
     final = torch.load(models / "final_model.pt")
     torch.set_num_threads(1)
     states = []
     for k in range(N):  # plain FedAvg's round 1 with the seeds every replica of k used
-        seed = partition_seed(seed_id.group(1), protocol_round, k)
-        torch.manual_seed(seed)
-        np.random.seed(seed % 2**32)
-        random.seed(seed)
+        seed_as_the_mod(seed_id.group(1), protocol_round, k)
         net = task.Net()
         net.load_state_dict(initial)
         trainset, _ = task.load_data(k, N)

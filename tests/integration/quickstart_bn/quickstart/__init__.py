@@ -1,0 +1,1 @@
+"""quickstart: a Flower / PyTorch app."""
