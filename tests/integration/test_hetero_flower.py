@@ -10,7 +10,6 @@ completed, nothing was erased and the model learns like plain FedAvg on the same
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
