@@ -254,17 +254,21 @@ def test_tampered_share_is_refused_and_its_sender_named(healthy: TestBed) -> Non
 
 
 # ---------------------------------------------------------------------------- slow site
-#: The slow site's link: 40x the others' latency (2 s one-way). A SuperNode picks a message up
-#: at its next poll (Flower polls every 3 s while idle), and the pull and the reply's push cross
-#: the link at least four times, so the slow site lags by about 8 s: more than the 0-3 s poll
-#: phase (at 10x, 1.8 s, another site came last in some CI rounds).
-SLOW_LINK = 40
-
-
 @full_only
-def test_site_with_a_40x_latency_link_is_not_waited_for(healthy: TestBed) -> None:
-    healthy.set_link(2, latency=SLOW_LINK * BASE, jitter=SLOW_LINK * BASE / 4)
-    rep = _run(healthy, _config(healthy, "latency", **{"num-rounds": 3}))
+def test_slow_site_is_not_waited_for(healthy: TestBed) -> None:
+    # site 2 is a slow site as the deploy benchmark defines one: a link at 10x the others'
+    # latency and 15x their compute (1 s of training vs 15 s). Latency alone does not order the
+    # sites reliably here: a SuperNode picks a message up at its next poll (every 3 s while
+    # idle) and a ClientApp process's start-up on a loaded 2-core machine varies by seconds, so
+    # at 10x and even 40x latency (2 s one-way) CI saw rounds where site 2 came in with the
+    # second upload. The 14 s of extra compute makes "not waited for" observable every round.
+    healthy.set_link(2, latency=10 * BASE, jitter=10 * BASE / 4)
+    cfg = _config(
+        healthy,
+        "latency",
+        **{"num-rounds": 3, "slow-sites": "2", "train-seconds": 1.0, "slow-factor": 15.0},
+    )
+    rep = _run(healthy, cfg)
     assert rep["key_exchanges"] == [[1, [0, 1, 2]]]  # keys once per run
     for row in rep["rounds"]:
         assert row["ok"], row
@@ -273,8 +277,8 @@ def test_site_with_a_40x_latency_link_is_not_waited_for(healthy: TestBed) -> Non
         assert row["round_trips"] == 1
         if row["round"] == 1:
             # round 1 starts every site's first ClientApp process (imports, kernel cache), whose
-            # time on a loaded machine varies by more than the link's lag: the slow site may
-            # come in with the second upload, but no other site is ever left out
+            # time on a loaded machine varies most: the slow site may come in with the second
+            # upload, but no other site is ever left out
             assert _sites(row, "straggler") <= {"site2"}, row
         else:
             assert _sites(row, "straggler") == {"site2"}, row
