@@ -258,7 +258,7 @@ def _handle(
             machine.pin_weight_bound(spec.max_weight, auto=spec.auto_weight)
         t0 = time.perf_counter()
         try:
-            partials = _train_partitions(msg, context, call_next, out, machine)
+            partials = _train_partitions(msg, context, call_next, out, machine, spec)
         except (WeightBoundError, ConfigurationError) as exc:  # a setting: typed refusals
             # the round is used up before the refusal leaves: asked again, the silo refuses it
             # as a replay, so the server cannot re-ask one round with other bounds (only the
@@ -268,7 +268,7 @@ def _handle(
                 return _reply(msg, weight_bound(proto, str(exc), exc.bound))
             return _reply(msg, misconfigured(proto, str(exc)))
         info["train-seconds"] = time.perf_counter() - t0
-        digest = _model_digest(msg) if out.aligned else b""
+        digest = _model_digest(msg, spec) if out.aligned else b""
         reply: ProtocolMessage = machine.upload(out, partials, model_digest=digest)
     else:
         reply = out
@@ -301,7 +301,7 @@ def _seed_everything(seed: int) -> None:
 MODEL_DIGEST_CONTEXT = "coded-fl 2026-11-26 train inputs digest v5"
 
 
-def _model_digest(msg: Message) -> bytes:
+def _model_digest(msg: Message, spec: TrainSpec | None = None) -> bytes:
     """BLAKE3 (256 bits, key-derivation mode) of everything the silo's training consumes, as
     it was sent: the model (each array's name and npy bytes, in name order; no copy), the train
     spec (``max-weight``, ``delta-scale``, ... under :data:`TRAIN_KEY`) and the user's config
@@ -310,9 +310,10 @@ def _model_digest(msg: Message) -> bytes:
     ``max-weight`` 2^100 (its update then quantizes to zero) or another learning rate would
     otherwise read the group's partition sum off the difference of their uploads (issue 29,
     attack 1). BLAKE3 hashes a 4 MB model in 0.6 ms where SHA-256 takes 2.2 ms (one core, this
-    machine); every member of a group must use the same digest, which the message version (5)
-    enforces."""
-    spec = TrainSpec.from_dict(dict(msg.content[TRAIN_KEY].items()))
+    machine); every member of a group must use the same digest, which the message version (5 and
+    later) enforces."""
+    if spec is None:  # parsed here only when the caller has not parsed it already
+        spec = TrainSpec.from_dict(dict(msg.content[TRAIN_KEY].items()))
     h = blake3.blake3(derive_key_context=MODEL_DIGEST_CONTEXT)
     record = msg.content.array_records[spec.arrays_key]
     for name in sorted(record):
@@ -354,13 +355,13 @@ def _train_partitions(
     call_next: ClientAppCallable,
     task: TrainTask,
     machine: ClientMachine,
+    spec: TrainSpec | None,
 ) -> list[torch.Tensor]:
     cfg = machine.config
     if cfg is None:  # pragma: no cover - on_train_request checked it
         raise ConfigurationError("no protocol configuration")
-    if TRAIN_KEY not in msg.content:
+    if spec is None:  # _train_spec found no train spec in the request
         raise RemoteProtocolError(f"train request lacks the '{TRAIN_KEY}' record")
-    spec = TrainSpec.from_dict(dict(msg.content[TRAIN_KEY].items()))
     if spec.arrays_key not in msg.content:
         raise RemoteProtocolError(f"train request lacks the model under '{spec.arrays_key}'")
     model = msg.content[spec.arrays_key]
