@@ -25,6 +25,7 @@ the quantization error of coded-fl's aggregate in the real integration) and the 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import time
@@ -52,7 +53,7 @@ from clients.mod import partition_seed
 from coded_fl.determinism import torch_threads
 from coded_fl.layout import flatten
 from coded_fl.secagg import ProtocolConfig
-from simulations.app.silo_torch import silo_threads
+from simulations.app.silo_torch import conv_kernels, silo_conv, silo_threads
 from simulations.app.task import Net, load_partition, make_evaluator, train
 from simulations.runtime.flower_sim import run_simulation
 from simulations.stragglers.costs import privacy_for
@@ -81,15 +82,17 @@ def drop_mod(msg: Message, context: Context, call_next):  # type: ignore[no-unty
 
 
 def threads_mod(msg: Message, context: Context, call_next):  # type: ignore[no-untyped-def]
-    """Silo i trains with item i % len of ``--threads-per-silo`` torch threads (the
-    heterogeneity test bed: replicas of one partition computed with different thread counts);
-    outside the coded-fl mod, where the node's own index is known."""
+    """Silo i trains with item i % len of ``--threads-per-silo`` torch threads and of
+    ``--conv-per-silo`` convolution kernels (the heterogeneity test bed: replicas of one
+    partition computed with different thread counts and kernels); outside the coded-fl mod,
+    where the node's own index is known."""
     conf = msg.content.get("config", None)
     spec = str(conf.get("acc.threads", "")) if conf is not None else ""
-    threads = silo_threads({"threads-per-silo": spec}, int(context.node_config["partition-id"]))
-    if threads is None:
-        return call_next(msg, context)
-    with torch_threads(threads):
+    silo = int(context.node_config["partition-id"])
+    threads = silo_threads({"threads-per-silo": spec}, silo)
+    conv = silo_conv(str(conf.get("acc.conv", "")) if conf is not None else "", silo)
+    threaded = torch_threads(threads) if threads is not None else contextlib.nullcontext()
+    with threaded, conv_kernels(conv):
         return call_next(msg, context)
 
 
@@ -196,6 +199,7 @@ def make_server_app(opts: argparse.Namespace, out: dict[str, Any]) -> ServerApp:
                 "acc.drop": opts.drop,
                 "acc.n": n,
                 "acc.threads": opts.threads_per_silo,
+                "acc.conv": opts.conv_per_silo,
             }
         )
         label = out["setting"]
@@ -313,6 +317,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--actors", type=int, default=2)
     ap.add_argument("--threads-per-silo", default="", help='e.g. "1,2": silo i gets item i % 2')
+    ap.add_argument(
+        "--conv-per-silo",
+        default="",
+        help='e.g. "onednn,native": odd silos compute convolutions with ATen\'s own kernels',
+    )
     ap.add_argument("--code", default="auto", choices=["auto", "polynomial", "repetition"])
     ap.add_argument("--headroom", type=int, default=12, help="headroom_bits")
     ap.add_argument("--extra", type=int, default=0, help="extra_replies")
@@ -335,6 +344,7 @@ def main(argv: list[str] | None = None) -> int:
         "clip_range": opts.clip,
         "seed": opts.seed,
         "threads_per_silo": opts.threads_per_silo,
+        "conv_per_silo": opts.conv_per_silo,
         "code": opts.code,
         "headroom_bits": opts.headroom,
         "extra_replies": opts.extra,

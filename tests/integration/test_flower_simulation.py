@@ -272,8 +272,11 @@ def test_a_clientapp_without_the_mod_fails_the_key_exchange_naming_the_mod(tmp_p
     fa.pythonpath_for_workers()
     out = tmp_path / "outcomes.pkl"
 
+    # the wait ends when every node has answered (here: with its ClientApp's error), so a
+    # generous deadline costs nothing; CI saw 4 Ray actors take over 60 s to start on 2 loaded
+    # cores, and a deadline that passes first hides the error this test reads
     def run(grid: Grid) -> None:
-        _coded(_fedavg(), key_timeout=60.0).start(
+        _coded(_fedavg(), key_timeout=300.0).start(
             grid=grid, initial_arrays=fa.initial_arrays(), num_rounds=1
         )
 

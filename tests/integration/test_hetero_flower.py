@@ -1,10 +1,14 @@
 """Sites whose machines differ, through the Flower simulation engine (issue 12).
 
-The main job's CNN and data, 4 silos, s = 1, half the silos training with 2 torch threads and
-half with 1 (``--threads-per-silo 1,2``), so the replicas of every partition are computed with
-different thread counts and are not bit-identical. One run with the default code: the test bed
-itself is checked first (the server saw replicas of a partition disagree), then that every round
-completed, nothing was erased and the model learns like plain FedAvg on the same data.
+The main job's CNN and data, 4 silos, s = 1, half the silos computing convolutions with oneDNN's
+kernels and half with ATen's own (``--conv-per-silo onednn,native``) and with 1 and 2 torch
+threads (``--threads-per-silo 1,2``), so the replicas of every partition are computed with
+different kernels and are not bit-identical, as on sites whose CPUs differ. (Thread counts alone
+did not make them differ on a quiet machine: OpenMP's teams follow the load, so the test bed
+was flaky; the kernels differ at most coordinates of every gradient.) One run with the default
+code: the test bed itself is checked first (the server saw replicas of a partition disagree),
+then that every round completed, nothing was erased and the model learns like plain FedAvg on
+the same data.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from simulations.runtime.flower_sim import run_child
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 ARGS = ["--silos", "4", "--s", "1", "--rounds", "3", "--epochs", "2", "--lr", "0.1"]
-ARGS += ["--threads-per-silo", "1,2", "--actors", "1"]
+ARGS += ["--threads-per-silo", "1,2", "--conv-per-silo", "onednn,native", "--actors", "1"]
 
 
 @pytest.fixture(scope="module")
@@ -31,8 +35,9 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> dict:
 
 
 def test_the_test_bed_makes_replicas_disagree(run):
-    # 3 of 4 replies close each round, so one group of 2 (one silo with 1 thread, one with 2)
-    # has both members in: their replicas are compared, and they differ
+    # 3 of 4 replies close each round, so one group of 2 (one silo with oneDNN's kernels, one
+    # with ATen's) has both members in: in the group-masked rounds their replicas are compared,
+    # and they differ
     assert sum(run["ours"]["disagreeing"]) > 0, run["ours"]
 
 

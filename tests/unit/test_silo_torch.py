@@ -11,7 +11,13 @@ from flwr.clientapp import ClientApp
 
 from clients import coded_secagg_mod
 from coded_fl.errors import ConfigurationError
-from simulations.app.silo_torch import parse_threads, silo_threads, silo_torch_mod
+from simulations.app.silo_torch import (
+    conv_kernels,
+    parse_threads,
+    silo_conv,
+    silo_threads,
+    silo_torch_mod,
+)
 from tests.unit.test_strategy_faults import FakeGrid, _start, _strategy
 
 
@@ -133,3 +139,36 @@ def test_deployment_bed_sets_a_per_process_environment(tmp_path) -> None:  # typ
     assert f"cap=avx2 home={dep.home}" in log_a  # on top of the deployment's environment
     assert f"cap= home={dep.home}" in log_b
     assert Site(env={"ATEN_CPU_CAPABILITY": "default"}).env == {"ATEN_CPU_CAPABILITY": "default"}
+
+
+def test_conv_kernels_per_silo_are_cycled_and_typos_are_refused() -> None:
+    assert [silo_conv("onednn,native", k) for k in range(4)] == [
+        "onednn",
+        "native",
+        "onednn",
+        "native",
+    ]
+    assert silo_conv("", 3) is None
+    with pytest.raises(ConfigurationError, match="'mkl' is not one of"):
+        silo_conv("onednn,mkl", 0)
+
+
+def test_the_two_conv_kernel_families_round_differently_and_the_setting_is_restored() -> None:
+    # the premise of the simulation's heterogeneity bed (tests/integration/test_hetero_flower.py)
+    from simulations.app.task import Net
+
+    torch.manual_seed(0)
+    net = Net()
+    x, y = torch.randn(32, 1, 28, 28), torch.randint(0, 10, (32,))
+    before = torch.backends.mkldnn.enabled
+
+    def grad(kind: str) -> torch.Tensor:
+        net.zero_grad()
+        with conv_kernels(kind):
+            torch.nn.functional.cross_entropy(net(x), y).backward()
+        return torch.cat([p.grad.flatten() for p in net.parameters() if p.grad is not None])
+
+    a, b = grad("onednn"), grad("native")
+    assert torch.backends.mkldnn.enabled == before
+    assert (a != b).sum() > 100  # thousands here; bit-identical would make the bed vacuous
+    torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)  # the same gradient up to rounding
