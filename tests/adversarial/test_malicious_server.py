@@ -162,10 +162,8 @@ def test_weight_rows_not_derived_from_the_public_code_are_refused(code: str) -> 
     assert len(s) == cfg.n and rows.shape[0] >= 2  # a(S) and checks
     unit = np.zeros(len(s), dtype=np.int64)
     unit[0] = 1
-    other = np.zeros(len(s), dtype=np.int64)
-    other[1:] = cfg.gradient_code.decoding_vector(
-        list(s[1:])
-    )  # a(S without its first silo), padded
+    other = np.zeros(len(s), dtype=np.int64)  # a(S without its first silo), padded
+    other[1:] = cfg.gradient_code.decoding_vector(list(s[1:]))
     forged = {
         "unit row": [unit],
         "another set's decoding vector": [other, *rows[1:]],
@@ -188,8 +186,8 @@ def test_weight_rows_not_derived_from_the_public_code_are_refused(code: str) -> 
 # ----------------------------------------------------------------------------- attack 3
 @pytest.mark.parametrize("masking", ["shares", "aligned"])
 def test_the_same_round_asked_again_after_an_upload_is_refused(masking: str) -> None:
-    # The round's request again (as sent, or with other contents: another deal, which gives
-    # another request digest and so another mask context), after the silo uploaded, and after
+    # The round's request again (as sent, or with other contents: the roster reordered, which
+    # gives another request digest and so another mask context), after the silo uploaded, and after
     # the round completed; a second upload of the round by the silo's own caller; a second
     # recovery request in the round. Refused: RemoteProtocolError (no typed refusal),
     # MaskReuseError for the second upload; nothing changes.
