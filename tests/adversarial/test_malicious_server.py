@@ -106,37 +106,36 @@ def test_train_inputs_differ_within_a_group_in_a_group_masked_round(change) -> N
     assert not strategy.reports[-1].ok or strategy.reports[-1].offenders  # not applied as is
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="OPEN (found by this harness): in a round with shared masks (masking='shares', and "
-    "the key-dealing rounds 1-2 of masking='aligned') nothing binds the members' training "
-    "inputs; the group comparison rows the silos answer (|S| > n - s) unmask "
-    "r0^-1 c0 - r1^-1 c1, which is group 0's quantized partition sum when member 1 was sent "
-    "max-weight 2^100",
-)
 @pytest.mark.parametrize("masking", ["shares", "aligned"])
 def test_train_inputs_differ_within_a_group_in_a_shared_mask_round(
     masking: str, server_view: ServerView
 ) -> None:
     # The same deviation in round 1, a round with shared masks in both runs (an aligned run
     # deals its edge keys in rounds 1 and 2). All four silos upload (one extra reply), so the
-    # recovery answers a comparison row per group, which the silos check against the public
-    # code and answer: what it unmasks must not be the group's partition sum.
+    # recovery would answer a comparison row per group, r0^-1 c0 - r1^-1 c1: group 0's
+    # partition sum, since member 1's update quantizes to zero. The inputs digest keys the
+    # derived shares and is in the sealed shares' associated data, and each silo checks every
+    # survivor's shares against its own digest (never one the server relays): every silo
+    # refuses the recovery over S = {0, 1, 2, 3}, silos 0, 2 and 3 accusing silo 1 and silo 1
+    # accusing silo 0, so no row of S is unmasked. Silo 1 is convicted and dropped; what the
+    # server then decodes is the sum of S' = {0, 2, 3} (n - s silos: no comparison row).
     def split(silo: int, req: TrainRequest, msg: Message) -> None:
         if req.round == 1 and silo == 1:
             change_record(msg, TRAIN_KEY, **{"max-weight": ZEROING_BOUND})
 
     grid = AdversarialGrid(N, rewrite=split)
-    strategy = _flower_run(grid, 1, masking=masking, extra=1)
-    p = strategy._run.config.field.p  # type: ignore[attr-defined]
-    # (a recovery that fails, as it should over inputs that differ, decodes nothing)
-    for number, survivors, weights, sums in server_view.decoded:
-        assert number == 1 and survivors == (0, 1, 2, 3)
-        (row,) = [k for k in range(1, 3) if weights[k, 0] and weights[k, 1]]
-        # 17 of 20 coordinates were group 0's sum (16 model entries and its weight; the three
-        # clip counts are 0): r1^-1 c1 is zero, so the comparison is r0^-1 c0
-        assert _plausible_sum(sums[row], p).mean() < 0.5, "the comparison is group 0's sum"
+    _flower_run(grid, 1, masking=masking, extra=1)
+    assert set(grid.uploads[1]) == {0, 1, 2, 3}
+    for j in range(N):
+        first = next(
+            a for a in grid.answers[j] if isinstance(a, Refusal | RecoveryReply) and a.round == 1
+        )
+        assert isinstance(first, Refusal) and first.code == RefusalCode.ACCUSES, first
+        assert first.accused == (0 if j == 1 else 1)
+    assert server_view.decoded  # the round completed over S'
+    for number, survivors, weights, _ in server_view.decoded:
+        assert number == 1 and 1 not in survivors, "a recovery over inconsistent inputs decoded"
+        assert len(survivors) == N - 1 and weights.shape[0] == 1  # the aggregate of S' only
 
 
 # ----------------------------------------------------------------------------- attack 2
@@ -341,17 +340,19 @@ def test_substituted_keys_without_identity_keys_are_not_defended() -> None:
 def test_inconsistent_survivor_sets_give_the_server_only_the_sum() -> None:
     # Shared masks, polynomial code, n = 4, s = 1, U = 2, every silo uploads. The server tells
     # silos 0 and 1 S = {0, 1, 2}, silos 2 and 3 S = {1, 2, 3} (U replies each), and a stale
-    # copy of silo 0 (its state regressed; the live silo refuses a second request) with silo
-    # 2's stale copy S = {0, 2, 3}. No silo notices (docs: not detected), and every decode the
-    # server can make, each from the replies of one announced set, is exactly the sum.
+    # copy of silo 0 (its state regressed to right after its upload: an older copy holds no
+    # digest of the round's inputs and refuses with NEEDS_KEYS; the live silo refuses a second
+    # request) with silo 2's stale copy S = {0, 2, 3}. No silo notices (docs: not detected),
+    # and every decode the server can make, each from the replies of one announced set, is
+    # exactly the sum.
     cfg = _config("shares", code="polynomial", recovery_threshold=2, extra_replies=1)
     adv = MachineAdversary(cfg, seed=8)
     requests = adv.server.start_round(1)
-    stale = {i: ClientMachine.from_bytes(adv.clients[i].to_bytes()) for i in (0, 2)}
     uploads = {}
     for req in requests:
         uploads[req.recipient] = adv.task_and_upload(req.recipient, req)[1]
         adv.server.receive(uploads[req.recipient])
+    stale = {i: ClientMachine.from_bytes(adv.clients[i].to_bytes()) for i in (0, 2)}
     assert isinstance(adv.server.close_collection(), list)
     rnd, F = adv.server._current(), cfg.field
     exact = F.element(adv.h.expected_total(1))
