@@ -268,7 +268,7 @@ def _handle(
                 return _reply(msg, weight_bound(proto, str(exc), exc.bound))
             return _reply(msg, misconfigured(proto, str(exc)))
         info["train-seconds"] = time.perf_counter() - t0
-        digest = _model_digest(msg, spec) if out.aligned else b""
+        digest = _model_digest(msg, spec)  # every round: it binds shared masks too
         reply: ProtocolMessage = machine.upload(out, partials, model_digest=digest)
     else:
         reply = out
@@ -305,8 +305,11 @@ def _model_digest(msg: Message, spec: TrainSpec | None = None) -> bytes:
     """BLAKE3 (256 bits, key-derivation mode) of everything the silo's training consumes, as
     it was sent: the model (each array's name and npy bytes, in name order; no copy), the train
     spec (``max-weight``, ``delta-scale``, ... under :data:`TRAIN_KEY`) and the user's config
-    record (learning rate, epochs, ...). A group mask is bound to it, so members of a group
-    sent different inputs for one round never share a mask: a server that sent one member
+    record (learning rate, epochs, ...); nothing per silo, so every silo of an honest round
+    computes the same digest. A group mask is bound to it, and in a shared-mask round the
+    derived shares' keys and the sealed shares' associated data (each silo checks the others'
+    shares against its own digest at recovery), so silos sent different inputs for one round
+    never share a mask or unmask a round: a server that sent one member
     ``max-weight`` 2^100 (its update then quantizes to zero) or another learning rate would
     otherwise read the group's partition sum off the difference of their uploads (issue 29,
     attack 1). BLAKE3 hashes a 4 MB model in 0.6 ms where SHA-256 takes 2.2 ms (one core, this

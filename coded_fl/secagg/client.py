@@ -122,6 +122,15 @@ __all__ = [
 ]
 
 SHARE_PURPOSE = b"mask-share"
+
+
+def _share_purpose(inputs: bytes) -> bytes:
+    """The sealed shares' purpose (in their associated data): :data:`SHARE_PURPOSE` and the
+    digest of the round's training inputs, so a share sealed by a silo sent other inputs than
+    the recipient fails authentication at the recipient."""
+    return SHARE_PURPOSE + bytes(inputs)
+
+
 #: Rounds are below 2**63 (they bind the sealed shares' associated data).
 MAX_ROUND = 2**63
 #: Rounds a silo remembers having trained without a recovery that verified them (see
@@ -292,6 +301,9 @@ class ClientMachine:
         self.floor = 0
         self._pairwise: dict[tuple[bytes, int, bytes], bytes] = {}
         self.uploaded: tuple[int, ...] = ()  # rounds uploaded (a second upload is refused)
+        # per round uploaded, the digest of the inputs it trained on (binds its shares; the
+        # recovery checks every survivor's shares against this silo's own digest)
+        self.inputs: dict[int, bytes] = {}
         self.edge_keys: dict[tuple[int, int], bytes] = {}  # masking="aligned": secret
         self.stats = QuantizationStats()
         # in stage NEW a train or recovery request meets _check_header, which raises NeedsKeysError
@@ -415,9 +427,11 @@ class ClientMachine:
         roster: dict[int, bytes],
         *,
         out: np.ndarray | None = None,
+        inputs: bytes = b"",
     ) -> tuple[torch.Tensor, bytes]:
         """The share ``sender`` -> ``recipient`` (this silo is one of them) and its tag; written
-        into ``out`` (a ``uint32`` row of ``piece_length``) when given."""
+        into ``out`` (a ``uint32`` row of ``piece_length``) when given. ``inputs``: this
+        silo's own digest of the round's training inputs."""
         cfg, silo, _ = self._identity()
         seed, tag = derive_share_key(
             self._root_for(recipient if sender == silo else sender, roster),
@@ -426,6 +440,7 @@ class ClientMachine:
             sender=sender,
             recipient=recipient,
             context=context,
+            inputs=inputs,
         )
         if out is None:
             out = np.empty(cfg.sharing.piece_length, dtype=np.uint32)
@@ -729,7 +744,11 @@ class ClientMachine:
         The mask and its shares derive from pairwise keys and a context that binds the
         request, ``model_digest`` (a digest of the model the silo was sent, if the caller has
         one) and a fresh nonce, so no two uploads share a mask; a second upload for a round is
-        refused with :class:`~coded_fl.errors.MaskReuseError` all the same.
+        refused with :class:`~coded_fl.errors.MaskReuseError` all the same. ``model_digest``
+        (the digest of everything the silo trained on, the same at every silo of an honest
+        round) also keys the derived shares and is in the sealed shares' associated data; the
+        silo keeps it and checks every survivor's shares against it at recovery, so a round
+        whose silos were sent different inputs cannot be unmasked.
         """
         if isinstance(task, TrainTask) and task.round in self.uploaded:
             raise MaskReuseError(
@@ -755,12 +774,15 @@ class ClientMachine:
             shared: dict[str, Any] = {}
         else:
             masked, shared = self._shared_upload(cfg, silo, task, partials, bytes(model_digest))
-        # The recovery needs no per-round state (a node that processes two messages at once,
-        # as Flower's simulation engine does, could overwrite it with a stale copy): derived
-        # shares, this silo's own included, are recomputed from keys and the relayed context.
+        # The recovery needs no per-round state but the inputs digest (a node that processes
+        # two messages at once, as Flower's simulation engine does, could overwrite it with a
+        # stale copy: it then refuses with NEEDS_KEYS): derived shares, this silo's own
+        # included, are recomputed from keys, the relayed context and its own digest.
         self.edge_keys = edge_keys
         self.stage = ClientStage.UPLOADED
         self.uploaded = tuple(sorted({*self.uploaded, task.round}))[-MAX_UNVERIFIED_ROUNDS:]
+        inputs = {**self.inputs, task.round: bytes(model_digest)}
+        self.inputs = {r: inputs[r] for r in self.uploaded if r in inputs}
         return Upload(
             digest=cfg.digest,
             round=task.round,
@@ -794,7 +816,9 @@ class ClientMachine:
         rows = np.empty((sharing.U, sharing.piece_length), dtype=np.uint32)
         tags = []
         for row, j in enumerate(derived):
-            _, tag = self._derived_share(silo, j, task.round, context, self.roster, out=rows[row])
+            _, tag = self._derived_share(
+                silo, j, task.round, context, self.roster, out=rows[row], inputs=model_digest
+            )
             tags.append((j, tag))
         values = torch.from_numpy(rows)
         others = tuple(j for j in members if j not in derived)
@@ -810,7 +834,7 @@ class ClientMachine:
                     round_=task.round,
                     sender=silo,
                     recipient=j,
-                    purpose=SHARE_PURPOSE,
+                    purpose=_share_purpose(model_digest),
                 ),
             )
             for row, j in enumerate(others)
@@ -865,7 +889,7 @@ class ClientMachine:
     def on_recovery_request(self, msg: RecoveryRequest) -> RecoveryReply:
         """Check the requested weights against the public code and return the share sums."""
         cfg = self._check_header(msg)
-        # KEYED too: a node whose state is a stale copy from before its upload still helps
+        # any keyed stage: the round's inputs digest, kept per uploaded round, is what counts
         self._require(
             ClientStage.KEYED, ClientStage.TRAINING, ClientStage.UPLOADED, ClientStage.RECOVERED
         )
@@ -897,6 +921,16 @@ class ClientMachine:
         roster = {**self.roster, **dict(zip(survivors, msg.keys, strict=True))}
         rows = check_weight_rows(cfg, survivors, msg.weights)
         _, silo, _ = self._identity()
+        # this silo's own digest of the round's inputs, never one the server relays: shares
+        # made from other inputs then fail authentication (issue 29, attack 1)
+        inputs = self.inputs.get(msg.round)
+        if inputs is None:  # a restarted node, or state written back from before its upload
+            raise NeedsKeysError(
+                f"{NEEDS_KEYS}: RecoveryRequest for round {msg.round}, but this silo holds no "
+                "record of uploading it (the inputs it trained on bind the shares, so it "
+                "cannot check them): a restarted node, or its state is older than its upload",
+                sender=SERVER,
+            )
         m = cfg.sharing.piece_length
         shares = []
         tokens = msg.tokens or (b"",) * len(survivors)
@@ -910,7 +944,7 @@ class ClientMachine:
                     sender=SERVER,
                 )
             if token:
-                shares.append(self._rederive(cfg, msg.round, i, silo, token, roster))
+                shares.append(self._rederive(cfg, msg.round, i, silo, token, roster, inputs))
                 continue
             raw = open_sealed(
                 self._key_for(i, roster),
@@ -919,7 +953,7 @@ class ClientMachine:
                 round_=msg.round,
                 sender=i,
                 recipient=silo,
-                purpose=SHARE_PURPOSE,
+                purpose=_share_purpose(inputs),
             )
             if len(raw) != 4 * m:
                 raise RemoteProtocolError(f"share has {len(raw)} bytes, expected {4 * m}", sender=i)
@@ -946,6 +980,7 @@ class ClientMachine:
         silo: int,
         token: bytes,
         roster: dict[int, bytes],
+        inputs: bytes = b"",
     ) -> torch.Tensor:
         """The share ``sender`` derived for this silo, after its key-confirmation tag checks."""
         if len(token) != CONTEXT_BYTES + CONFIRM_BYTES:
@@ -954,7 +989,7 @@ class ClientMachine:
                 sender=SERVER,
             )
         context, tag = token[:CONTEXT_BYTES], token[CONTEXT_BYTES:]
-        share, expect = self._derived_share(sender, silo, round_, context, roster)
+        share, expect = self._derived_share(sender, silo, round_, context, roster, inputs=inputs)
         if not tags_match(tag, expect):
             if sender == silo:  # our own share: our keys changed since the upload
                 raise NeedsKeysError(
@@ -966,7 +1001,8 @@ class ClientMachine:
                 f"its derived mask share for silo {silo} in round {round_} fails key "
                 f"confirmation: silo {sender} derived it with other keys than silo {silo} holds "
                 f"(a stale roster, or a silo that rekeyed after the round started); rekey silo "
-                f"{sender} and silo {silo} (or the tag was altered in transit)",
+                f"{sender} and silo {silo} (or the tag was altered in transit, or the server "
+                "sent the two silos different training inputs)",
                 sender=sender,
             )
         return share
@@ -984,6 +1020,7 @@ class ClientMachine:
             "recovered_round": self.recovered_round,
             "trained": list(self.trained),
             "uploaded": list(self.uploaded),
+            "inputs": [[r, d.hex()] for r, d in sorted(self.inputs.items())],
             "floor": self.floor,
             "edges": [[q, h, k.hex()] for (q, h), k in sorted(self.edge_keys.items())],
             "fixed_weight": self.fixed_weight,
@@ -1038,6 +1075,7 @@ class ClientMachine:
             m.floor = int(state.get("floor", m.round))
             m.trained = tuple(int(r) for r in state.get("trained", ()))
             m.uploaded = tuple(int(r) for r in state.get("uploaded", ()))
+            m.inputs = {int(r): bytes.fromhex(d) for r, d in state.get("inputs", ())}
             m.edge_keys = {(int(q), int(h)): bytes.fromhex(k) for q, h, k in state.get("edges", ())}
             m.fixed_weight = float(state.get("fixed_weight", 0.0))
         except (ValueError, KeyError, TypeError, RemoteProtocolError) as exc:

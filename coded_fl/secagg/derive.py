@@ -19,7 +19,9 @@ Keys, from the X25519 secret of the pair through HKDF-SHA256:
   j -> i are independent. The context (:func:`share_context`) hashes the request the silo
   answered (configuration, round, roster), the model it was sent, and a fresh 16-byte nonce
   drawn for every upload, so no mask is ever derived twice, even by a stale copy of a silo's
-  state that uploads a round a second time.
+  state that uploads a round a second time. The info also holds the digest of the round's
+  training inputs as the deriving silo holds it (the recipient uses its own at recovery), so
+  two silos sent different inputs derive independent shares and the tag fails (issue 29).
 
 The tag travels with the upload (8 bytes per derived share) and reaches the recipient with the
 recovery request; a recipient whose tag differs refuses with
@@ -154,7 +156,14 @@ def share_context(request: bytes, model: bytes, *, nonce: bytes) -> bytes:
 
 
 def derive_share_key(
-    root: bytes, *, run_id: bytes, round_: int, sender: int, recipient: int, context: bytes
+    root: bytes,
+    *,
+    run_id: bytes,
+    round_: int,
+    sender: int,
+    recipient: int,
+    context: bytes,
+    inputs: bytes = b"",
 ) -> tuple[bytes, bytes]:
     """The seed of the share ``sender`` -> ``recipient`` and its key-confirmation tag.
 
@@ -168,6 +177,10 @@ def derive_share_key(
         The direction (ordered: the share j -> i is independent of i -> j).
     context
         :func:`share_context` of the sender's upload.
+    inputs
+        The digest of the round's training inputs, as the silo computing the share holds it:
+        the sender its own at upload, the recipient *its own* at recovery (never one the server
+        relays). Two silos sent different inputs derive independent seeds, so the tag fails.
 
     Returns
     -------
@@ -189,6 +202,8 @@ def derive_share_key(
         + run_id
         + bytes(context)
     )
+    if inputs:  # length-prefixed after the fixed-size context: unambiguous
+        info += struct.pack("<I", len(inputs)) + bytes(inputs)
     out = HKDF(
         algorithm=hashes.SHA256(), length=SEED_BYTES + CONFIRM_BYTES, salt=None, info=info
     ).derive(root)

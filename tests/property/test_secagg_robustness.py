@@ -14,12 +14,13 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from coded_fl.errors import LocalProtocolError, RemoteProtocolError
+from coded_fl.errors import LocalProtocolError, NeedsKeysError, RemoteProtocolError
 from coded_fl.secagg import ProtocolConfig, ServerStage
-from coded_fl.secagg.client import NEEDS_KEYS, ClientMachine
+from coded_fl.secagg.client import NEEDS_KEYS, ClientMachine, refusal_for
 from coded_fl.secagg.messages import (
     KeyReply,
     RecoveryReply,
+    RefusalCode,
     TrainRequest,
     Upload,
     decode,
@@ -238,10 +239,12 @@ def test_driver_misuse_is_a_local_error():
     assert isinstance(h.server.start_round(2)[0], TrainRequest)
 
 
-def test_recovery_needs_no_per_round_state():
+def test_a_survivor_whose_state_regressed_refuses_and_the_others_recover():
     """Flower's simulation engine may run two messages of one node at once and write back a
-    stale copy of its state: a survivor whose state regressed to before its upload still
-    answers the recovery (its own share travels sealed to itself), and the sum is exact."""
+    stale copy of its state: a survivor whose state regressed to before its upload no longer
+    holds the digest of the inputs it trained on, which its shares are checked against (issue
+    29), so it refuses the recovery with NEEDS_KEYS; the other U survivors answer and the sum
+    is exact."""
     h = Harness(CFG, seed=4)
     h.setup()
     keyed = {i: c.to_bytes() for i, c in h.clients.items()}  # state right after the key exchange
@@ -253,6 +256,12 @@ def test_recovery_needs_no_per_round_state():
     for i in (0, 2):  # these two lose their round-1 state
         h.clients[i] = ClientMachine.from_bytes(keyed[i], entropy=deterministic_entropy(50 + i))
     for req in h.server.close_collection():
-        h.server.receive(h.clients[req.recipient].on_recovery_request(req))
+        try:
+            reply = h.clients[req.recipient].on_recovery_request(req)
+        except NeedsKeysError as exc:
+            assert req.recipient in (0, 2)
+            reply = refusal_for(exc, req)
+            assert reply is not None and reply.code == RefusalCode.NEEDS_KEYS
+        h.server.receive(reply)
     res = h.server.finish()
     assert torch.equal(CFG.field.to_signed(res.aggregate), h.expected_total(1))

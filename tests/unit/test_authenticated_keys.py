@@ -20,7 +20,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from coded_fl.crypto import KeyPair
-from coded_fl.errors import ConfigurationError, RemoteProtocolError, UntrustedKeyError
+from coded_fl.errors import (
+    ConfigurationError,
+    NeedsKeysError,
+    RemoteProtocolError,
+    UntrustedKeyError,
+)
 from coded_fl.secagg import ProtocolConfig, RoundResult
 from coded_fl.secagg.client import ClientMachine, refusal_for
 from coded_fl.secagg.identity import (
@@ -121,7 +126,10 @@ def test_a_substituted_recovery_key_is_refused_by_a_silo_that_missed_the_round()
     bad = dataclasses.replace(req, keys=keys)
     text = refuses_untrusted(stale, bad)
     no_key_material(text, EVE.public_bytes)
-    stale.receive(req)  # the genuine one: answered
+    # the genuine one: refused too, since the copy holds no digest of round 2's inputs, which
+    # bind the shares (issue 29): it asks for a rekey instead of answering blind
+    with pytest.raises(NeedsKeysError, match="no record of uploading"):
+        stale.receive(req)
 
 
 def test_an_unsigned_entry_is_refused_when_trust_is_on() -> None:

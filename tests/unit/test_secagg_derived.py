@@ -299,3 +299,81 @@ def test_summing_the_uploads_ahead_gives_the_finish_it_would_make_alone() -> Non
         totals.append(res.aggregate)
     assert torch.equal(totals[0], totals[1])
     assert torch.equal(totals[0], h.expected_total(1).remainder(CFG.p).to(torch.uint32))
+
+
+# ------------------------------------------------- issue 29: the inputs digest binds the shares
+def _round_with_inputs(
+    cfg: ProtocolConfig, digests: dict[int, bytes]
+) -> tuple[Harness, list[RecoveryRequest]]:
+    """Round 1 (a shared-mask round, the key-dealing round of masking='aligned' too) where
+    silo i trained on inputs whose digest is ``digests[i]``; every silo uploads."""
+    h, trains = keyed(cfg)
+    for q in trains:
+        c = h.clients[q.recipient]
+        task = c.receive(q)
+        parts = [h.partials(1, k) for k in task.partitions]
+        h.server.receive(c.upload(task, parts, model_digest=digests[q.recipient]))
+    requests = h.server.close_collection()
+    assert isinstance(requests, list)
+    return h, requests
+
+
+ALIGNED = ProtocolConfig(
+    num_silos=4, num_stragglers=1, privacy_threshold=1, vector_length=12, masking="aligned"
+)
+
+
+@pytest.mark.parametrize("cfg", [CFG, ALIGNED], ids=["shares", "aligned-dealing"])
+def test_an_honest_round_with_one_inputs_digest_decodes_exactly(cfg: ProtocolConfig) -> None:
+    h, requests = _round_with_inputs(cfg, dict.fromkeys(range(cfg.n), b"\x5a" * 32))
+    for req in requests:
+        h.server.receive(h.clients[req.recipient].receive(req))
+    res = h.server.finish()
+    assert isinstance(res, RoundResult)
+    assert torch.equal(cfg.field.to_signed(res.aggregate), h.expected_total(1))
+    # the digest survives persistence: a silo restored from its saved state still answers
+    assert ClientMachine.from_bytes(h.clients[0].to_bytes()).inputs == {1: b"\x5a" * 32}
+
+
+@pytest.mark.parametrize("cfg", [CFG, ALIGNED], ids=["shares", "aligned-dealing"])
+def test_a_silo_sent_other_inputs_is_accused_by_every_other_survivor(cfg: ProtocolConfig) -> None:
+    # Issue 29, attack 1: the server sent silo 1 other inputs (e.g. max-weight 2^100). Its
+    # derived shares are keyed, and its sealed shares authenticated, under its digest; every
+    # other survivor checks them against its own: a derived share fails key confirmation, a
+    # sealed one authentication. No survivor answers a recovery over a set holding silo 1 (each
+    # authenticates every survivor's share), so no row of that set is ever unmasked.
+    digests = {i: b"\x5a" * 32 for i in range(cfg.n)}
+    digests[1] = b"\xa5" * 32
+    h, requests = _round_with_inputs(cfg, digests)
+    kinds = set()
+    for req in requests:
+        j = req.recipient
+        before = h.clients[j].to_bytes()
+        with pytest.raises(RemoteProtocolError) as err:
+            h.clients[j].receive(req)
+        assert h.clients[j].to_bytes() == before
+        kinds.add(type(err.value))
+        refusal = refusal_for(err.value, req)
+        assert refusal is not None and refusal.code == RefusalCode.ACCUSES
+        assert refusal.accused == (1 if j != 1 else req.survivors[0])
+    if cfg is CFG:  # n = 5, U = 4: silo 1 seals its share for silo 0 and derives the others
+        assert kinds == {RemoteProtocolError, KeyConfirmationError}
+
+
+def test_the_inputs_digest_keys_the_derived_share() -> None:
+    a, b = KeyPair.generate(), KeyPair.generate()
+    root = derivation_root(a, b.public_bytes, run_id=b"r", me=0, peer=1)
+    ctx = share_context(b"q", b"", nonce=bytes(16))
+    kw = dict(run_id=b"r", round_=1, sender=0, recipient=1, context=ctx)
+    seeds = {derive_share_key(root, **kw, inputs=d) for d in (b"", b"\x01" * 32, b"\x02" * 32)}
+    assert len(seeds) == 3  # seeds and tags all differ
+
+
+def test_a_recovery_for_a_round_the_silo_has_no_inputs_of_asks_for_a_rekey() -> None:
+    from coded_fl.errors import NeedsKeysError
+
+    h, requests = _round_with_inputs(CFG, dict.fromkeys(range(CFG.n), b"\x5a" * 32))
+    c = h.clients[2]
+    c.inputs = {}  # e.g. state written back from before its upload
+    with pytest.raises(NeedsKeysError, match="no record of uploading"):
+        c.receive(next(r for r in requests if r.recipient == 2))
