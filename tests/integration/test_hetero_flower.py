@@ -39,9 +39,12 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> dict:
 
 
 def test_the_test_bed_makes_replicas_disagree(run):
-    # every round uses all 4 replies: both groups of 2 (one silo with oneDNN's kernels, one
-    # with ATen's) are compared, and their replicas differ in every round
-    assert all(d > 0 for d in run["ours"]["disagreeing"]), run["ours"]
+    # a round that uses all 4 replies compares both groups of 2 (one silo with oneDNN's
+    # kernels, one with ATen's), and their replicas differ (9232, 63, 5970 coordinates in the
+    # three rounds here). Not every round: on a loaded machine a round may close on n - s = 3
+    # replies when the fourth misses the extra wait (CI: a 159 s round 1), and a round with
+    # shared masks on exactly n - s replies compares none, so the test asks for at least one
+    assert sum(run["ours"]["disagreeing"]) > 0, run["ours"]
 
 
 def test_every_round_completes_with_heterogeneous_silos_and_nothing_is_erased(run):
