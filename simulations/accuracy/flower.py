@@ -204,7 +204,8 @@ def make_server_app(opts: argparse.Namespace, out: dict[str, Any]) -> ServerApp:
         )
         label = out["setting"]
         ours: dict[str, list[Any]] = {
-            k: [] for k in ("accuracy", "seconds", "ok", "erased", "disagreeing", "corrected")
+            k: []
+            for k in ("accuracy", "seconds", "ok", "used", "erased", "disagreeing", "corrected")
         }
 
         def progress(rep: RoundReport) -> None:
@@ -212,6 +213,7 @@ def make_server_app(opts: argparse.Namespace, out: dict[str, Any]) -> ServerApp:
             ours["accuracy"].append(acc)
             ours["seconds"].append(rep.seconds)
             ours["ok"].append(rep.ok)
+            ours["used"].append(rep.replies_used)
             ours["erased"].append(rep.erased)
             ours["disagreeing"].append(rep.disagreeing)
             ours["corrected"].append(rep.corrected)
@@ -231,6 +233,7 @@ def make_server_app(opts: argparse.Namespace, out: dict[str, Any]) -> ServerApp:
             code=opts.code,
             headroom_bits=opts.headroom,
             extra_replies=opts.extra,
+            extra_wait=opts.extra_wait,
             round_timeout=300.0,
             progress=progress,
         )
@@ -325,6 +328,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--code", default="auto", choices=["auto", "polynomial", "repetition"])
     ap.add_argument("--headroom", type=int, default=12, help="headroom_bits")
     ap.add_argument("--extra", type=int, default=0, help="extra_replies")
+    ap.add_argument(
+        "--extra-wait",
+        type=float,
+        default=2.0,
+        help="extra_wait: seconds to wait for the extra replies beyond n - s",
+    )
     opts = ap.parse_args(argv)
     if opts.drop > opts.s:
         raise SystemExit(f"--drop {opts.drop} > --s {opts.s}: coded-fl could not decode")
@@ -348,6 +357,7 @@ def main(argv: list[str] | None = None) -> int:
         "code": opts.code,
         "headroom_bits": opts.headroom,
         "extra_replies": opts.extra,
+        "extra_wait": opts.extra_wait,
     }
     logging.getLogger("flwr").setLevel(logging.WARNING)
     t0 = time.monotonic()
