@@ -213,8 +213,9 @@ def coded_secagg_mod(msg: Message, context: Context, call_next: ClientAppCallabl
     Returns
     -------
     Message
-        The protocol reply (a key reply, an upload, a recovery reply or a typed refusal), or
-        for a non-train message whatever ``call_next`` returns.
+        The protocol reply (a key reply, an upload, a recovery reply, the reveal of one
+        disputed share's key, or a typed refusal), or for a non-train message whatever
+        ``call_next`` returns.
 
     Raises
     ------

@@ -1,4 +1,5 @@
-"""Seed-derived mask shares: the pitfalls of deriving U of a silo's n shares from pairwise keys.
+"""Seed-derived mask shares: the pitfalls of deriving U of a silo's n shares from key agreement
+(one ephemeral key per share since wire version 7: :mod:`coded_fl.secagg.evidence`).
 
 Direction in the key, no mask used twice, key confirmation naming the silo at fault, exact
 uniformity of derived shares (against an independent AES-CTR + rejection-sampling oracle), the
@@ -21,7 +22,15 @@ from coded_fl.errors import KeyConfirmationError, MaskReuseError, RemoteProtocol
 from coded_fl.field import PrimeField
 from coded_fl.secagg import ClientMachine, ProtocolConfig, RecoveryRequest, RoundResult, Upload
 from coded_fl.secagg.client import refusal_for
-from coded_fl.secagg.derive import derivation_root, derive_share_key, share_context
+from coded_fl.secagg.derive import CONFIRM_BYTES, share_context
+from coded_fl.secagg.evidence import (
+    DERIVED,
+    Entry,
+    ephemeral_secret,
+    exchange,
+    public_of,
+    share_secret,
+)
 from coded_fl.secagg.messages import RefusalCode, TrainRequest
 from coded_fl.secagg.policy import ClientPolicy
 from coded_fl.secagg.sharing import MaskSharing
@@ -50,31 +59,61 @@ def uploads(h: Harness, trains: list[TrainRequest]) -> list[Upload]:
     return out
 
 
+def _secret(me: KeyPair, peer: KeyPair, sender: int, recipient: int, ctx: bytes):
+    e = ephemeral_secret(
+        me.private_bytes, run_id=b"r", round_=1, sender=sender, recipient=recipient, context=ctx
+    )
+    eph = public_of(e)
+    out = share_secret(
+        exchange(e, peer.public_bytes),
+        run_id=b"r",
+        round_=1,
+        sender=sender,
+        recipient=recipient,
+        ephemeral=eph,
+        recipient_key=peer.public_bytes,
+        context=ctx,
+        kind=DERIVED,
+    )
+    return eph, out
+
+
 def test_the_direction_is_in_the_key() -> None:
     a, b = KeyPair.generate(), KeyPair.generate()
-    root = derivation_root(a, b.public_bytes, run_id=b"r", me=0, peer=1)
-    assert root == derivation_root(b, a.public_bytes, run_id=b"r", me=1, peer=0)
     ctx = share_context(b"q", b"", nonce=bytes(16))
-    ab = derive_share_key(root, run_id=b"r", round_=1, sender=0, recipient=1, context=ctx)
-    ba = derive_share_key(root, run_id=b"r", round_=1, sender=1, recipient=0, context=ctx)
-    assert ab[0] != ba[0] and ab[1] != ba[1]
+    (ea, ab), (eb, ba) = _secret(a, b, 0, 1, ctx), _secret(b, a, 1, 0, ctx)
+    assert ea != eb and ab[:32] != ba[:32] and ab[32:] != ba[32:]
+    # the recipient derives the same from the ephemeral public key and its own private key
+    assert ab == share_secret(
+        exchange(b.private_bytes, ea),
+        run_id=b"r",
+        round_=1,
+        sender=0,
+        recipient=1,
+        ephemeral=ea,
+        recipient_key=b.public_bytes,
+        context=ctx,
+        kind=DERIVED,
+    )
     # in a real round the share i -> j differs from j -> i (both derived: 0 and 2 are in each
     # other's derived set with n = 5, U = 4)
     h, trains = keyed()
     ups = {u.sender: u for u in uploads(h, trains)}
     assert dict(ups[0].tags)[2] != dict(ups[2].tags)[0]
-    c = h.clients[0]
-    share12, _ = c._derived_share(0, 2, 1, ups[0].context, c.roster)
-    share21, _ = c._derived_share(2, 0, 1, ups[0].context, c.roster)
-    assert not torch.equal(share12, share21)
+    share02 = h.clients[2]._rederive(CFG, 1, 0, 2, ups[0].context + dict(ups[0].tags)[2], b"")
+    share20 = h.clients[0]._rederive(CFG, 1, 2, 0, ups[2].context + dict(ups[2].tags)[0], b"")
+    assert not torch.equal(share02, share20)
 
 
-def test_the_derivation_root_is_never_the_sealing_key() -> None:
+def test_every_share_has_its_own_ephemeral_key() -> None:
+    # one ephemeral key per share and upload: none repeats within an upload or across silos,
+    # and none is a silo's key-agreement key (so revealing one reveals that share only)
     h, trains = keyed()
-    c = h.clients[0]
-    c.receive(trains[0])
-    assert c._root_for(1) != c._key_for(1)
-    assert c._root_for(0) != c._key_for(0)
+    ups = uploads(h, trains)
+    entries = [e for u in ups for _, e in (*u.tags, *u.shares)]
+    ephemerals = [e[:32] for e in entries]
+    assert len(set(ephemerals)) == len(ephemerals)
+    assert not set(ephemerals) & {k for _, k in trains[0].roster}
 
 
 def test_a_second_upload_for_a_round_is_refused_and_copies_never_share_a_mask() -> None:
@@ -200,16 +239,10 @@ def test_derived_shares_are_exactly_rejection_sampled() -> None:
     ups = uploads(h, trains)
     c = h.clients[1]
     for i in (0, 1):
-        share, tag = c._derived_share(i, 1, 1, ups[i].context, c.roster)
-        assert tag == dict(ups[i].tags)[1]
-        seed, _ = derive_share_key(
-            c._root_for(i),
-            run_id=cfg.run_bytes,
-            round_=1,
-            sender=i,
-            recipient=1,
-            context=ups[i].context,
-        )
+        raw = dict(ups[i].tags)[1]
+        share = c._rederive(cfg, 1, i, 1, ups[i].context + raw, b"")
+        entry = Entry.parse(raw, payload_bytes=CONFIRM_BYTES, blame=-1)
+        seed = c._recipient_secret(cfg, i, 1, entry, ups[i].context, DERIVED)[:32]
         assert share.tolist() == _oracle_elements(seed, cfg.sharing.piece_length, 17)
     counts = np.bincount(share.numpy().astype(np.int64), minlength=17)
     assert counts.size == 17 and counts.min() > 0  # all of GF(17), nothing above
