@@ -1075,9 +1075,7 @@ class ClientMachine:
                 )
             try:
                 if token:
-                    shares.append(
-                        self._rederive(cfg, msg.round, i, silo, token, identity, inputs)
-                    )
+                    shares.append(self._rederive(cfg, msg.round, i, silo, token, identity, inputs))
                 else:
                     shares.append(self._open(cfg, msg.round, i, box, identity, inputs))
             except RemoteProtocolError as exc:

@@ -85,8 +85,8 @@ __all__ = [
     "judge",
     "open_share",
     "public_of",
-    "share_purpose",
     "sealed_payload_bytes",
+    "share_purpose",
     "share_secret",
     "share_statement",
 ]

@@ -145,7 +145,7 @@ def test_an_authenticated_share_outside_the_field_names_its_sender() -> None:
     raw = np.full(m, CFG.p, dtype="<u4").tobytes()  # authenticated, but not field elements
     sender = h.clients[liar]
     context = h.server._round.uploads[liar].context  # type: ignore[union-attr]
-    ephemeral, secret = sender._sender_secret(CFG, j, 1, context, SEALED, sender.roster)
+    ephemeral, secret = sender._sender_secret(CFG, j, 1, context, SEALED, sender.roster, b"")
     box = seal(
         secret[:32],
         raw,

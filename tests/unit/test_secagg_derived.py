@@ -103,8 +103,8 @@ def test_the_direction_is_in_the_key() -> None:
     h, trains = keyed()
     ups = {u.sender: u for u in uploads(h, trains)}
     assert dict(ups[0].tags)[2] != dict(ups[2].tags)[0]
-    share02 = h.clients[2]._rederive(CFG, 1, 0, 2, ups[0].context + dict(ups[0].tags)[2], b"")
-    share20 = h.clients[0]._rederive(CFG, 1, 2, 0, ups[2].context + dict(ups[2].tags)[0], b"")
+    share02 = h.clients[2]._rederive(CFG, 1, 0, 2, ups[0].context + dict(ups[0].tags)[2], b"", b"")
+    share20 = h.clients[0]._rederive(CFG, 1, 2, 0, ups[2].context + dict(ups[2].tags)[0], b"", b"")
     assert not torch.equal(share02, share20)
 
 
@@ -243,9 +243,9 @@ def test_derived_shares_are_exactly_rejection_sampled() -> None:
     c = h.clients[1]
     for i in (0, 1):
         raw = dict(ups[i].tags)[1]
-        share = c._rederive(cfg, 1, i, 1, ups[i].context + raw, b"")
+        share = c._rederive(cfg, 1, i, 1, ups[i].context + raw, b"", b"")
         entry = Entry.parse(raw, payload_bytes=CONFIRM_BYTES, blame=-1)
-        seed = c._recipient_secret(cfg, i, 1, entry, ups[i].context, DERIVED)[:32]
+        seed = c._recipient_secret(cfg, i, 1, entry, ups[i].context, DERIVED, b"")[:32]
         assert share.tolist() == _oracle_elements(seed, cfg.sharing.piece_length, 17)
     counts = np.bincount(share.numpy().astype(np.int64), minlength=17)
     assert counts.size == 17 and counts.min() > 0  # all of GF(17), nothing above
@@ -407,12 +407,18 @@ def test_the_inputs_digest_keys_every_share_and_is_in_the_sealed_box() -> None:
     e = ephemeral_secret(a.private_bytes, run_id=b"r", round_=1, sender=0, recipient=1, context=ctx)
     dh = exchange(e, b.public_bytes)
     kw = dict(
-        run_id=b"r", round_=1, sender=0, recipient=1, ephemeral=public_of(e), recipient_key=b.public_bytes
+        run_id=b"r",
+        round_=1,
+        sender=0,
+        recipient=1,
+        ephemeral=public_of(e),
+        recipient_key=b.public_bytes,
     )
     digests = (b"", b"\x01" * 32, b"\x02" * 32)
     keys = {
         share_secret(dh, **kw, context=c, kind=k, inputs=d)  # type: ignore[arg-type]
-        for k, c in ((DERIVED, ctx), (SEALED, b"")) for d in digests
+        for k, c in ((DERIVED, ctx), (SEALED, b""))
+        for d in digests
     }
     assert len(keys) == 6
     key = share_secret(dh, **kw, context=b"", kind=SEALED, inputs=digests[1])  # type: ignore[arg-type]
@@ -427,7 +433,9 @@ def test_the_inputs_digest_keys_every_share_and_is_in_the_sealed_box() -> None:
         purpose=share_purpose(digests[1]),
     )
     entry = Entry(public_of(e), box)
-    where = dict(kind=SEALED, field=field, piece_length=4, run_id=b"r", round_=1, sender=0, recipient=1)
+    where = dict(
+        kind=SEALED, field=field, piece_length=4, run_id=b"r", round_=1, sender=0, recipient=1
+    )
     share = open_share(key, entry, inputs=digests[1], **where)  # type: ignore[arg-type]
     assert share is not None and share.tolist() == [0, 1, 2, 3]
     with pytest.raises(RemoteProtocolError):  # the right key, another digest in the AD
@@ -477,7 +485,9 @@ def test_a_server_that_sent_other_inputs_can_only_name_silos_wrongly(cfg: Protoc
     # is silo 1 (silo 0's share opens under silo 0's digest). Every verdict is a function of
     # what the server chose to send; no survivor answered a recovery over a set holding both
     # digests, so nothing was unmasked (the round can at most fail, or decode without them).
-    h, requests, liars = _dispute_round(cfg, {**dict.fromkeys(range(cfg.n), b"\x5a" * 32), 1: b"\xa5" * 32})
+    h, requests, liars = _dispute_round(
+        cfg, {**dict.fromkeys(range(cfg.n), b"\x5a" * 32), 1: b"\xa5" * 32}
+    )
     accusers = [j for j in range(cfg.n) if j != 1]
     assert liars == {**{(1, j): j for j in accusers}, (0, 1): 1}
     assert len(h.server._current().replies) == 0 and len(requests) == cfg.n
