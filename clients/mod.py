@@ -40,10 +40,7 @@ import logging
 import math
 import random
 import time
-from collections.abc import Mapping
-from typing import Any
 
-import blake3
 import numpy as np
 import torch
 from flwr.app import (
@@ -93,6 +90,7 @@ from coded_fl.vocabulary import (
     TRAIN_KEY,
     TrainSpec,
     frame_npy,
+    inputs_digest,
     is_ours,
     read_frame,
 )
@@ -213,8 +211,9 @@ def coded_secagg_mod(msg: Message, context: Context, call_next: ClientAppCallabl
     Returns
     -------
     Message
-        The protocol reply (a key reply, an upload, a recovery reply or a typed refusal), or
-        for a non-train message whatever ``call_next`` returns.
+        The protocol reply (a key reply, an upload, a recovery reply, the reveal of one
+        disputed share's key, or a typed refusal), or for a non-train message whatever
+        ``call_next`` returns.
 
     Raises
     ------
@@ -297,47 +296,22 @@ def _seed_everything(seed: int) -> None:
     random.seed(seed)
 
 
-#: BLAKE3's key-derivation context for the inputs digest (its domain separation).
-MODEL_DIGEST_CONTEXT = "coded-fl 2026-11-26 train inputs digest v5"
-
-
 def _model_digest(msg: Message, spec: TrainSpec | None = None) -> bytes:
-    """BLAKE3 (256 bits, key-derivation mode) of everything the silo's training consumes, as
-    it was sent: the model (each array's name and npy bytes, in name order; no copy), the train
-    spec (``max-weight``, ``delta-scale``, ... under :data:`TRAIN_KEY`) and the user's config
-    record (learning rate, epochs, ...); nothing per silo, so every silo of an honest round
-    computes the same digest. A group mask is bound to it, and in a shared-mask round the
-    derived shares' keys and the sealed shares' associated data (each silo checks the others'
-    shares against its own digest at recovery), so silos sent different inputs for one round
-    never share a mask or unmask a round: a server that sent one member
-    ``max-weight`` 2^100 (its update then quantizes to zero) or another learning rate would
-    otherwise read the group's partition sum off the difference of their uploads (issue 29,
-    attack 1). BLAKE3 hashes a 4 MB model in 0.6 ms where SHA-256 takes 2.2 ms (one core, this
-    machine); every member of a group must use the same digest, which the message version (5 and
-    later) enforces."""
+    """The digest of everything the silo's training consumes, as it was sent
+    (:func:`coded_fl.vocabulary.inputs_digest` of the message's content: the model, the train
+    spec and the user's config record; nothing per silo, so every silo of an honest round
+    computes the same digest, and so does the server over what it sends). A group mask is
+    bound to it, and in a shared-mask round the shares' keys and the sealed shares'
+    associated data (each silo checks the others' shares against its own digest at recovery;
+    the server judges a disputed share under the digest of what it sent the share's sender),
+    so silos sent different inputs for one round never share a mask or unmask a round: a
+    server that sent one member ``max-weight`` 2^100 (its update then quantizes to zero) or
+    another learning rate would otherwise read the group's partition sum off the difference of
+    their uploads (issue 29, attack 1). Every member of a group must use the same digest,
+    which the message version (5 and later) enforces."""
     if spec is None:  # parsed here only when the caller has not parsed it already
         spec = TrainSpec.from_dict(dict(msg.content[TRAIN_KEY].items()))
-    h = blake3.blake3(derive_key_context=MODEL_DIGEST_CONTEXT)
-    record = msg.content.array_records[spec.arrays_key]
-    for name in sorted(record):
-        raw, data = name.encode(), record[name].data
-        h.update(len(raw).to_bytes(4, "little") + raw + len(data).to_bytes(8, "little"))
-        h.update(data)
-    configs = msg.content.config_records
-    for key in (TRAIN_KEY, spec.config_key):
-        h.update(_config_bytes(key, configs.get(key)))
-    return h.digest()
-
-
-def _config_bytes(key: str, record: Mapping[str, Any] | None) -> bytes:
-    """A config record as unambiguous bytes: its key, then each entry (in key order) as its
-    name, the value's type and ``repr`` (exact for floats, ints, strings, bytes and lists of
-    them), each length-prefixed; a missing record differs from an empty one."""
-    parts = [key.encode(), b"-" if record is None else b"+"]
-    for name in sorted(record or ()):
-        value = record[name]  # type: ignore[index]
-        parts += [name.encode(), type(value).__name__.encode(), repr(value).encode()]
-    return b"".join(len(p).to_bytes(4, "little") + p for p in parts)
+    return inputs_digest(msg.content, spec)
 
 
 @functools.cache

@@ -5,11 +5,14 @@ Shared by secure aggregation (:mod:`coded_fl.secagg`: mask shares) and coded shu
 
 Each silo makes one X25519 key pair per run (:class:`KeyPair`). Silos i and j derive a pairwise
 key with HKDF-SHA256 over their X25519 shared secret, bound to the run and to the unordered
-pair and to both public keys (:func:`pairwise_key`). Mask shares travel through the server
-sealed with AES-256-GCM under that key (:func:`seal` / :func:`open_sealed`): the server relays
-them but can neither read nor alter them. The associated data binds every ciphertext to
-(run, round, sender, recipient, purpose), so a share replayed from another round, re-addressed
-to another silo or passed off as another kind of payload fails authentication. Every seal draws
+pair and to both public keys (:func:`pairwise_key`). Edge keys and group keys travel through
+the server sealed with AES-256-GCM under that key (:func:`seal` / :func:`open_sealed`): the
+server relays them but can neither read nor alter them. (Mask shares are sealed the same way
+under a key of their own, from an ephemeral key per share, so that a disputed one can be
+opened by the server alone: :mod:`coded_fl.secagg.evidence`.) The associated data binds
+every ciphertext to (run, round, sender, recipient, purpose), so a box replayed from another
+round, re-addressed to another silo or passed off as another kind of payload fails
+authentication. Every seal draws
 a fresh random 96-bit nonce (sent in front of the ciphertext): nonce safety never rests on a
 round counter that a stale copy of a silo's state could roll back.
 

@@ -55,11 +55,17 @@ class LocalProtocolError(CodedFLError):
 
 
 class RemoteProtocolError(CodedFLError):
-    """A peer sent something we refuse. ``sender`` is the peer's id when known."""
+    """A peer sent something we refuse. ``sender`` is the peer's id when known.
+
+    ``evidence``: when a silo refuses a share of silo ``sender`` (an accusation) and holds an
+    identity key, its signature of the accusation (:mod:`coded_fl.secagg.evidence`); empty
+    otherwise. It is a signature over public data, never a secret.
+    """
 
     def __init__(self, message: str, *, sender: int | None = None) -> None:
         super().__init__(message if sender is None else f"silo {sender}: {message}")
         self.sender = sender
+        self.evidence = b""
 
 
 class NeedsKeysError(RemoteProtocolError):

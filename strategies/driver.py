@@ -8,8 +8,10 @@ it; a second ``start`` makes new ones, so two runs never mix. Per round the driv
    nodes, nodes the SuperLink reactivated since their key, silos that refused with
    ``NEEDS_KEYS``;
 2. pushes a train request to every silo and closes at the first max(n - s, U) uploads
-   (:meth:`RoundDriver.train_round`), asks those silos for their share sums, decodes the exact
-   sum and hands the weighted average to the wrapped strategy (:meth:`RoundDriver.apply`);
+   (:meth:`RoundDriver.train_round`), asks those silos for their share sums, judges any
+   accusation on its evidence (one more round trip, to the accused silos only, in a round
+   that has one), decodes the exact sum and hands the weighted average to the wrapped
+   strategy (:meth:`RoundDriver.apply`);
 3. runs the wrapped strategy's evaluation, and ``evaluate_fn``.
 
 A silo's reply that cannot be read or is refused makes that silo a straggler of the round
@@ -27,6 +29,7 @@ from __future__ import annotations
 import io
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import replace
 
@@ -37,8 +40,8 @@ from flwr.serverapp.strategy import Result
 from coded_fl.errors import ConfigurationError, DecodingError, RunAbortedError
 from coded_fl.layout import flatten
 from coded_fl.secagg import RoundAborted, RoundResult
-from coded_fl.secagg.messages import RecoveryReply, Upload
-from coded_fl.vocabulary import CLIP_WIDENING, MSG_KEY, TRAIN_KEY
+from coded_fl.secagg.messages import RecoveryReply, Reveal, Upload
+from coded_fl.vocabulary import CLIP_WIDENING, MSG_KEY, TRAIN_KEY, inputs_digest
 
 from .exchange import Exchange
 from .membership import Membership
@@ -325,7 +328,17 @@ class RoundDriver:
         send_arrays = content.get(spec.arrays_key, arrays)
         send_config = content[spec.config_key] if spec.config_key in content else ConfigRecord()
         train_msgs = []
-        for req in machine.start_round(r + st.round_offset):
+        # the digest every silo binds its shares to (the same content goes to every silo): a
+        # disputed share is judged under it (docs/protocol.md, "Verifiable accusations")
+        sent = RecordDict(
+            {
+                spec.arrays_key: send_arrays,
+                spec.config_key: send_config,
+                TRAIN_KEY: ConfigRecord(spec.to_dict()),  # type: ignore[arg-type]
+            }
+        )
+        digest = inputs_digest(sent, spec)
+        for req in machine.start_round(r + st.round_offset, inputs=digest):
             rec = RecordDict(
                 {
                     spec.arrays_key: send_arrays,
@@ -395,6 +408,7 @@ class RoundDriver:
             return min([recovery_deadline, *check_until])
 
         ex.collect(rids, on_recovery, deadline=recovery_close)
+        self._settle_disputes(r, report, recovery_deadline)
         while not machine.recovery_ready:
             # silos accused by max(T + 1, 2) survivors: ask the others again without them
             again = machine.retry_recovery()
@@ -415,10 +429,49 @@ class RoundDriver:
             machine.sum_uploads()  # over the new survivor set
             check_until.clear()
             ex.collect(rids, on_recovery, deadline=recovery_close)
+            self._settle_disputes(r, report, recovery_deadline)
         res = machine.finish()
         if isinstance(res, RoundAborted):
             return self._aborted(report, res, t0)
         return self.apply(report, res, t0, arrays, train_msgs[0])
+
+    def _settle_disputes(self, r: int, report: RoundReport, deadline: float) -> None:
+        """The evidence stage, only in a round with accusations: each accused silo is asked to
+        reveal the one disputed share's key (``RevealRequest``); the machine judges each
+        reveal as it comes, and at the deadline (or once every accused answered) judges the
+        rest against their accused. Each verdict is in the round's ``accused`` and its liar
+        among the round's offenders."""
+        st, machine, ex = self.state, self.state.machine, self.exchange
+        asks = machine.reveal_requests()
+        if asks:
+            rids = ex.push(
+                [flower_message(st.node_of[q.recipient], q) for q in asks],
+                stage="reveal",
+                round_=r,
+            )
+            report.round_trips += 1
+            waiting = Counter(rids.values())  # requests per accused silo's node
+
+            def on_reveal(node: int, reply: Message) -> bool:
+                feed(st, st.silo_of[node], reply, Reveal, report.errors)
+                waiting[node] -= 1
+                return machine.disputes_settled or all(v <= 0 for v in waiting.values())
+
+            ex.collect(rids, on_reveal, deadline=deadline)
+        for v in machine.close_disputes():
+            report.accused[v.accused] = (
+                f"silo {v.accuser} accused it in round {v.round}; judged on the evidence: silo "
+                f"{v.liar} lied ({v.reason})"
+            )
+            LOG.warning(
+                "[coded-fl] round %d: silo %d accused silo %d; the evidence shows silo %d lied "
+                "(%s): named and left out of the session's later rounds",
+                r,
+                v.accuser,
+                v.accused,
+                v.liar,
+                v.reason,
+            )
 
     def apply(
         self,
@@ -576,6 +629,7 @@ class RoundDriver:
         errs = "; ".join(f"silo {s}: {e}" for s, e in sorted(report.errors.items())[:5])
         report.reason = res.reason + (f" (errors: {errs})" if errs else "")
         report.suspects = res.suspects
+        report.offenders = tuple(sorted({v.liar for v in res.verdicts}))
         report.replies_used = len(res.survivors)
         report.seconds = time.monotonic() - t0
         return report

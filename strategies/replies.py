@@ -130,13 +130,14 @@ def _refused(
     ):
         accused[msg.accused] = (
             f"silo {silo} reports that the mask share silo {msg.accused} sent for it failed "
-            "authentication or key confirmation (altered in transit or by its sender; the "
-            "accusing silo could also forge this)"
+            "authentication or key confirmation (altered in transit or by its sender, or a "
+            "false accusation: the evidence decides)"
         )
         LOG.warning("[coded-fl] silo %d accuses silo %d", silo, msg.accused)
     if accused is not None and state.machine.stage == ServerStage.RECOVERING:
-        # the machine counts the refusal (it cannot answer) and the accusation: a silo
-        # accused by max(T + 1, 2) survivors is dropped from S (ServerMachine.retry_recovery)
+        # the machine counts the refusal (it cannot answer) and opens a dispute over the
+        # accused share, judged on the evidence (ServerMachine.reveal_requests); a silo proven
+        # lying, or accused by max(T + 1, 2) survivors, is dropped from S (retry_recovery)
         try:
             state.machine.receive(msg)
         except RemoteProtocolError as exc:

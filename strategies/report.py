@@ -47,8 +47,9 @@ class RoundReport:
         silos dropped from S after accusations, and silos beyond the drift tolerance where
         their group had no majority: their coordinates were erased).
     accused
-        Silo -> what another silo reported about it (a share that failed authentication). The
-        accusing silo could forge this: it is a lead, not a proof.
+        Silo -> what another silo reported about it (a share that failed authentication) and,
+        once judged on the evidence (the accused silo reveals that share's key), which of the
+        two lied; the liar is among ``offenders``.
     disagreeing, corrected, erased
         Coordinates where replicas of a partition disagreed (failed parity checks or group
         comparisons), those corrected (settled by the group's vote), and those erased (no
@@ -61,8 +62,9 @@ class RoundReport:
         Silo -> coordinates where its reply was located as off (beyond the drift tolerance
         where its group's majority agreed, or beyond the parity checks' correction).
     offenders
-        Silos overruled by their group at some coordinate beyond the drift tolerance: a
-        deviating (or broken) silo, left out of the session's later rounds.
+        Silos overruled by their group at some coordinate beyond the drift tolerance (a
+        deviating or broken silo), or whose recovery reply or accusation (as accuser or
+        accused) was proven wrong: left out of the session's later rounds.
     excluded
         Silos left out of this round: overruled in an earlier round of the session.
     tolerance, keyless
@@ -191,10 +193,15 @@ class RoundReport:
                 f"{self.corrected} settled by the group, {self.erased} erased{most})"
             )
         if self.offenders:
-            out += (
-                f"; silo(s) {list(self.offenders)} overruled beyond the drift tolerance: left "
-                "out of the next rounds"
-            )
+            liars = [s for s in self.offenders if s not in self.off_silos]
+            overruled = [s for s in self.offenders if s in self.off_silos]
+            if overruled:
+                out += (
+                    f"; silo(s) {overruled} overruled beyond the drift tolerance: left out of "
+                    "the next rounds"
+                )
+            if liars:
+                out += f"; silo(s) {liars} named offenders: left out of the next rounds"
         unsettled = [s for s in self.suspects if s not in self.offenders]
         if unsettled and self.erased:
             out += f"; beyond the drift tolerance with no majority: silo(s) {unsettled}"

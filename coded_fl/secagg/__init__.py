@@ -20,7 +20,13 @@ from coded_fl.secagg.messages import (
     decode,
     encode,
 )
-from coded_fl.secagg.server import RoundAborted, RoundResult, ServerMachine, ServerStage
+from coded_fl.secagg.server import (
+    RoundAborted,
+    RoundResult,
+    ServerMachine,
+    ServerStage,
+    Verdict,
+)
 from coded_fl.secagg.sharing import MaskSharing
 
 __all__ = [
@@ -40,6 +46,7 @@ __all__ = [
     "TrainRequest",
     "TrainTask",
     "Upload",
+    "Verdict",
     "decode",
     "encode",
 ]

@@ -8,7 +8,7 @@ Theory of operation (see ``docs/protocol.md`` for the whole protocol):
    :class:`TrainTask` (which partitions to train, with which rounding keys); the caller trains
    them and hands the partial updates to :meth:`upload`, which quantizes, encodes with the
    silo's gradient-code row, masks, and shares the mask (privacy T, threshold U): the U shares
-   of its derived set are derived from pairwise keys (:mod:`coded_fl.secagg.derive`), the mask
+   of its derived set are derived from key agreement (:mod:`coded_fl.secagg.derive`), the mask
    and the other n - U shares follow from them, and only those are sealed -> ``Upload``
    (a round is uploaded at most once: :class:`~coded_fl.errors.MaskReuseError`).
 3. ``RecoveryRequest`` (round r, survivors S, weight rows, the sealed shares the survivors sent
@@ -16,7 +16,19 @@ Theory of operation (see ``docs/protocol.md`` for the whole protocol):
    :meth:`on_recovery_request` checks that row 0 is exactly the public code's decoding vector
    for S and every other row a parity check of the code on S, opens or rederives (and
    key-confirms) each share, answers at most once per round, and returns the weighted sums of
-   the shares -> ``RecoveryReply``.
+   the shares -> ``RecoveryReply``. A share it cannot use makes it refuse with an accusation of
+   its sender (signed with its identity key, if it has one).
+4. ``RevealRequest`` (an accusation of this silo's share for one recipient) ->
+   :meth:`on_reveal_request` -> ``Reveal``: the ephemeral scalar of that one share, recomputed
+   from the silo's private key and the upload's context, after checking that the relayed
+   entry holds the ephemeral key it made for that recipient and, with a trust roster, that
+   the accuser signed the accusation (:mod:`coded_fl.secagg.evidence`). Nothing changes.
+
+Every share (derived or sealed) has its own ephemeral X25519 key, whose public half travels in
+the share's entry of the upload; with an identity key the silo signs every entry. Every share's
+key is bound to the digest of the round's training inputs as the silo computing it holds it
+(the sender its own at upload, the recipient its own, kept per uploaded round, at recovery),
+so a silo sent other inputs than the others cannot take part in one recovery with them.
 
 With ``masking="aligned"`` (:mod:`coded_fl.secagg.aligned`) a TrainRequest may also relay edge
 keys sealed for this silo and ask it to deal edge keys to other members of its edges' groups
@@ -38,6 +50,7 @@ transitions (anything else raises and changes nothing)::
     any keyed stage --RecoveryRequest(r >= current round, not yet answered)--> RECOVERED(r)
     any keyed stage --TrainRequest(r' > r)--> TRAINING(r')
     any keyed stage --KeyRequest(same config)--> same stage (the same public key again)
+    any keyed stage --RevealRequest(its own share's entry)--> same stage (a Reveal)
 
 The state (keys included) round-trips through :meth:`to_bytes` / :meth:`from_bytes` so a Flower
 ClientApp can keep it in ``context.state`` between messages. It never leaves the silo.
@@ -60,7 +73,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from coded_fl.crypto import KeyPair, check_public_key, open_sealed, pairwise_key, seal
+from coded_fl.crypto import KEY_BYTES, KeyPair, check_public_key, pairwise_key, seal
 from coded_fl.errors import (
     ExceedsLimitsError,
     InputError,
@@ -72,7 +85,7 @@ from coded_fl.errors import (
     UntrustedKeyError,
 )
 from coded_fl.pipeline import encode_upload
-from coded_fl.prg import Entropy, MaskStream, fresh_seed
+from coded_fl.prg import SEED_BYTES, Entropy, MaskStream, fresh_seed
 from coded_fl.quantize import QuantizationStats, RoundingKey
 from coded_fl.secagg.aligned import (
     EDGE_KEY_BYTES,
@@ -89,13 +102,25 @@ from coded_fl.secagg.derive import (
     CONFIRM_BYTES,
     CONTEXT_BYTES,
     NONCE_BYTES,
-    ROOT_LABEL,
-    derivation_root,
-    derive_share_key,
     request_digest,
     share_context,
     tags_match,
 )
+from coded_fl.secagg.evidence import (
+    DERIVED,
+    SEALED,
+    Entry,
+    accusation_statement,
+    ephemeral_secret,
+    exchange,
+    open_share,
+    public_of,
+    sealed_payload_bytes,
+    share_purpose,
+    share_secret,
+    share_statement,
+)
+from coded_fl.secagg.identity import verify_signature
 from coded_fl.secagg.messages import (
     SERVER,
     KeyReply,
@@ -105,6 +130,8 @@ from coded_fl.secagg.messages import (
     RecoveryRequest,
     Refusal,
     RefusalCode,
+    Reveal,
+    RevealRequest,
     TrainRequest,
     Upload,
 )
@@ -120,16 +147,6 @@ __all__ = [
     "refusal_for",
     "weight_bound",
 ]
-
-SHARE_PURPOSE = b"mask-share"
-
-
-def _share_purpose(inputs: bytes) -> bytes:
-    """The sealed shares' purpose (in their associated data): :data:`SHARE_PURPOSE` and the
-    digest of the round's training inputs, so a share sealed by a silo sent other inputs than
-    the recipient fails authentication at the recipient."""
-    return SHARE_PURPOSE + bytes(inputs)
-
 
 #: Rounds are below 2**63 (they bind the sealed shares' associated data).
 MAX_ROUND = 2**63
@@ -170,7 +187,7 @@ class TrainTask:
 
 
 #: What :meth:`ClientMachine.receive` returns.
-Reaction = KeyReply | TrainTask | RecoveryReply
+Reaction = KeyReply | TrainTask | RecoveryReply | Reveal
 
 
 def refusal_for(error: RemoteProtocolError, request: Message) -> Refusal | None:
@@ -212,6 +229,7 @@ def refusal_for(error: RemoteProtocolError, request: Message) -> Refusal | None:
         code=code,
         accused=accused,
         detail=str(error),
+        evidence=error.evidence if code == RefusalCode.ACCUSES else b"",
     )
 
 
@@ -317,11 +335,13 @@ class ClientMachine:
             (ClientStage.NEW, KeyRequest): self.on_key_request,
             (ClientStage.NEW, TrainRequest): self._check_header,  # type: ignore[dict-item]
             (ClientStage.NEW, RecoveryRequest): self._check_header,  # type: ignore[dict-item]
+            (ClientStage.NEW, RevealRequest): self._check_header,  # type: ignore[dict-item]
         }
         for stage in keyed:
             self._table[(stage, KeyRequest)] = self.on_key_request
             self._table[(stage, TrainRequest)] = self.on_train_request
             self._table[(stage, RecoveryRequest)] = self.on_recovery_request
+            self._table[(stage, RevealRequest)] = self.on_reveal_request
 
     # ------------------------------------------------------------------ dispatch
     def receive(self, msg: Message) -> Reaction:
@@ -397,55 +417,158 @@ class ClientMachine:
             )
         return cfg
 
-    def _key_for(
-        self, peer: int, roster: dict[int, bytes] | None = None, *, label: bytes = b""
-    ) -> bytes:
-        """The key shared with ``peer``: the sealing key, or with ``label`` =
-        :data:`~coded_fl.secagg.derive.ROOT_LABEL` the derivation root (an independent key)."""
+    def _key_for(self, peer: int, roster: dict[int, bytes] | None = None) -> bytes:
+        """The sealing key shared with ``peer`` (edge keys travel under it)."""
         pub = (self.roster if roster is None else roster).get(peer)
         if pub is None:
             raise RemoteProtocolError(f"silo {peer} is not in the roster", sender=SERVER)
-        cached = self._pairwise.get((label, peer, pub))
+        cached = self._pairwise.get((b"", peer, pub))
         if cached is None:
             if self._keys is None or self.config is None or self.silo is None:
                 raise LocalProtocolError("no key pair yet")
-            make = derivation_root if label else pairwise_key
-            cached = make(self._keys, pub, run_id=self.config.run_bytes, me=self.silo, peer=peer)
-            self._pairwise[(label, peer, pub)] = cached
+            cached = pairwise_key(
+                self._keys, pub, run_id=self.config.run_bytes, me=self.silo, peer=peer
+            )
+            self._pairwise[(b"", peer, pub)] = cached
         return cached
 
-    def _root_for(self, peer: int, roster: dict[int, bytes] | None = None) -> bytes:
-        """The derivation root with ``peer`` (:func:`~coded_fl.secagg.derive.derivation_root`)."""
-        return self._key_for(peer, roster, label=ROOT_LABEL)
-
-    def _derived_share(
+    def _sender_secret(
         self,
-        sender: int,
+        cfg: ProtocolConfig,
         recipient: int,
         round_: int,
         context: bytes,
+        kind: bytes,
         roster: dict[int, bytes],
-        *,
-        out: np.ndarray | None = None,
-        inputs: bytes = b"",
-    ) -> tuple[torch.Tensor, bytes]:
-        """The share ``sender`` -> ``recipient`` (this silo is one of them) and its tag; written
-        into ``out`` (a ``uint32`` row of ``piece_length``) when given. ``inputs``: this
-        silo's own digest of the round's training inputs."""
-        cfg, silo, _ = self._identity()
-        seed, tag = derive_share_key(
-            self._root_for(recipient if sender == silo else sender, roster),
+        inputs: bytes,
+    ) -> tuple[bytes, bytes]:
+        """The ephemeral public key and the key material of the share this silo leaves for
+        ``recipient`` in the upload of ``context`` (:mod:`coded_fl.secagg.evidence`);
+        ``inputs``: this silo's own digest of the round's training inputs."""
+        _, silo, keys = self._identity()
+        pub = roster.get(recipient)
+        if pub is None:
+            raise RemoteProtocolError(f"silo {recipient} is not in the roster", sender=SERVER)
+        e = ephemeral_secret(
+            keys.private_bytes,
+            run_id=cfg.run_bytes,
+            round_=round_,
+            sender=silo,
+            recipient=recipient,
+            context=context,
+        )
+        ephemeral = public_of(e)
+        secret = share_secret(
+            exchange(e, pub),
+            run_id=cfg.run_bytes,
+            round_=round_,
+            sender=silo,
+            recipient=recipient,
+            ephemeral=ephemeral,
+            recipient_key=pub,
+            context=context if kind == DERIVED else b"",
+            kind=kind,
+            inputs=inputs,
+        )
+        return ephemeral, secret
+
+    def _recipient_secret(
+        self,
+        cfg: ProtocolConfig,
+        sender: int,
+        round_: int,
+        entry: Entry,
+        context: bytes,
+        kind: bytes,
+        inputs: bytes,
+    ) -> bytes:
+        """The key material of the share ``sender`` left for this silo, from its entry, with
+        ``inputs``: this silo's *own* digest of the round's training inputs (never one the
+        server relays)."""
+        _, silo, keys = self._identity()
+        try:
+            dh = exchange(keys.private_bytes, entry.ephemeral)
+        except InputError:  # a small-order point: no scalar's public key, so the sender's lie
+            raise RemoteProtocolError(
+                f"its share for silo {silo} holds an unusable ephemeral key", sender=sender
+            ) from None
+        return share_secret(
+            dh,
             run_id=cfg.run_bytes,
             round_=round_,
             sender=sender,
-            recipient=recipient,
-            context=context,
+            recipient=silo,
+            ephemeral=entry.ephemeral,
+            recipient_key=keys.public_bytes,
+            context=context if kind == DERIVED else b"",
+            kind=kind,
             inputs=inputs,
         )
-        if out is None:
-            out = np.empty(cfg.sharing.piece_length, dtype=np.uint32)
-        MaskStream(seed, cfg.p).fill(out)
-        return torch.from_numpy(out), tag
+
+    def _entry(
+        self,
+        cfg: ProtocolConfig,
+        recipient: int,
+        round_: int,
+        kind: bytes,
+        context: bytes,
+        ephemeral: bytes,
+        payload: bytes,
+    ) -> bytes:
+        """An upload's entry for one share, signed when this silo holds an identity."""
+        me, silo = self.policy.identity, self.silo
+        signature = b""
+        if me is not None and silo is not None:
+            signature = me.sign(
+                share_statement(
+                    digest=cfg.digest,
+                    run_id=cfg.run_bytes,
+                    round_=round_,
+                    sender=silo,
+                    recipient=recipient,
+                    kind=kind,
+                    context=context if kind == DERIVED else b"",
+                    ephemeral=ephemeral,
+                    recipient_key=self.roster[recipient],
+                    payload=payload,
+                )
+            )
+        return Entry(ephemeral, payload, signature).to_bytes()
+
+    def _check_statement(
+        self,
+        cfg: ProtocolConfig,
+        round_: int,
+        sender: int,
+        kind: bytes,
+        context: bytes,
+        entry: Entry,
+        identity: bytes,
+    ) -> None:
+        """With the sender's identity relayed (and checked against the trust roster, if any),
+        its signature of the entry must verify: the server checked it on arrival, so an entry
+        that fails was altered in relay (blamed on the server, never an accusation)."""
+        if not identity:
+            return
+        _, silo, keys = self._identity()
+        statement = share_statement(
+            digest=cfg.digest,
+            run_id=cfg.run_bytes,
+            round_=round_,
+            sender=sender,
+            recipient=silo,
+            kind=kind,
+            context=context if kind == DERIVED else b"",
+            ephemeral=entry.ephemeral,
+            recipient_key=keys.public_bytes,
+            payload=entry.payload,
+        )
+        if not verify_signature(identity, statement, entry.signature):
+            raise RemoteProtocolError(
+                f"the relayed entry of silo {sender}'s share does not carry its valid signature "
+                "(altered in relay)",
+                sender=SERVER,
+            )
 
     # ------------------------------------------------------------------ 1. keys
     def on_key_request(self, msg: KeyRequest) -> KeyReply:
@@ -741,14 +864,18 @@ class ClientMachine:
         """Quantize, encode, mask and share: the Upload for ``task`` (partials align with
         ``task.partitions``, each a float tensor of ``vector_length`` elements).
 
-        The mask and its shares derive from pairwise keys and a context that binds the
+        The mask and its shares derive from key agreement (one ephemeral key per share,
+        :mod:`coded_fl.secagg.evidence`) and a context that binds the
         request, ``model_digest`` (a digest of the model the silo was sent, if the caller has
         one) and a fresh nonce, so no two uploads share a mask; a second upload for a round is
         refused with :class:`~coded_fl.errors.MaskReuseError` all the same. ``model_digest``
         (the digest of everything the silo trained on, the same at every silo of an honest
-        round) also keys the derived shares and is in the sealed shares' associated data; the
+        round) also keys every share (derived or sealed: it is in the HKDF info of each
+        share's ephemeral key agreement) and is in the sealed shares' associated data; the
         silo keeps it and checks every survivor's shares against it at recovery, so a round
-        whose silos were sent different inputs cannot be unmasked.
+        whose silos were sent different inputs cannot be unmasked. (A reveal needs no digest:
+        the ephemeral scalar does not depend on it; the server judges a disputed share under
+        the digest of the inputs it sent this silo.)
         """
         if isinstance(task, TrainTask) and task.round in self.uploaded:
             raise MaskReuseError(
@@ -815,31 +942,33 @@ class ClientMachine:
         # when other processes hold the cores)
         rows = np.empty((sharing.U, sharing.piece_length), dtype=np.uint32)
         tags = []
-        for row, j in enumerate(derived):
-            _, tag = self._derived_share(
-                silo, j, task.round, context, self.roster, out=rows[row], inputs=model_digest
+        for row, j in enumerate(derived):  # every share has its own ephemeral key (evidence)
+            ephemeral, secret = self._sender_secret(
+                cfg, j, task.round, context, DERIVED, self.roster, model_digest
             )
-            tags.append((j, tag))
+            MaskStream(secret[:SEED_BYTES], cfg.p).fill(rows[row])
+            tag = secret[SEED_BYTES:]
+            tags.append((j, self._entry(cfg, j, task.round, DERIVED, context, ephemeral, tag)))
         values = torch.from_numpy(rows)
         others = tuple(j for j in members if j not in derived)
         mask, shares = sharing.complete(derived, values, others)
         masked = self._encode(cfg, task, partials, mask)
-        sealed = tuple(
-            (
-                j,
-                seal(
-                    self._key_for(j),
-                    shares[row].numpy().tobytes(),
-                    run_id=cfg.run_bytes,
-                    round_=task.round,
-                    sender=silo,
-                    recipient=j,
-                    purpose=_share_purpose(model_digest),
-                ),
+        sealed = []
+        for row, j in enumerate(others):
+            ephemeral, secret = self._sender_secret(
+                cfg, j, task.round, context, SEALED, self.roster, model_digest
             )
-            for row, j in enumerate(others)
-        )
-        return masked, {"shares": sealed, "context": context, "tags": tuple(tags)}
+            box = seal(
+                secret[:KEY_BYTES],
+                shares[row].numpy().tobytes(),
+                run_id=cfg.run_bytes,
+                round_=task.round,
+                sender=silo,
+                recipient=j,
+                purpose=share_purpose(model_digest),
+            )
+            sealed.append((j, self._entry(cfg, j, task.round, SEALED, context, ephemeral, box)))
+        return masked, {"shares": tuple(sealed), "context": context, "tags": tuple(tags)}
 
     def _aligned_upload(
         self,
@@ -918,7 +1047,6 @@ class ClientMachine:
                     sender=SERVER,
                 )
         self._check_trust(cfg, tuple(zip(survivors, msg.keys, strict=True)), msg.credentials)
-        roster = {**self.roster, **dict(zip(survivors, msg.keys, strict=True))}
         rows = check_weight_rows(cfg, survivors, msg.weights)
         _, silo, _ = self._identity()
         # this silo's own digest of the round's inputs, never one the server relays: shares
@@ -931,37 +1059,39 @@ class ClientMachine:
                 "cannot check them): a restarted node, or its state is older than its upload",
                 sender=SERVER,
             )
-        m = cfg.sharing.piece_length
         shares = []
         tokens = msg.tokens or (b"",) * len(survivors)
         if len(tokens) != len(survivors):
             raise RemoteProtocolError("one share or token per survivor is required", sender=SERVER)
-        for i, box, token in zip(survivors, msg.shares, tokens, strict=True):
+        identities = [c[0] for c in msg.credentials] or [b""] * len(survivors)
+        if len(identities) != len(survivors):
+            raise RemoteProtocolError("one credential per survivor is required", sender=SERVER)
+        for i, box, token, identity in zip(survivors, msg.shares, tokens, identities, strict=True):
             if bool(token) == bool(box):
                 raise RemoteProtocolError(
                     f"silo {i}'s entry must be a sealed share or a derived-share token, not "
                     "both or neither",
                     sender=SERVER,
                 )
-            if token:
-                shares.append(self._rederive(cfg, msg.round, i, silo, token, roster, inputs))
-                continue
-            raw = open_sealed(
-                self._key_for(i, roster),
-                box,
-                run_id=cfg.run_bytes,
-                round_=msg.round,
-                sender=i,
-                recipient=silo,
-                purpose=_share_purpose(inputs),
-            )
-            if len(raw) != 4 * m:
-                raise RemoteProtocolError(f"share has {len(raw)} bytes, expected {4 * m}", sender=i)
-            share = torch.from_numpy(np.frombuffer(raw, dtype="<u4").astype(np.uint32))
             try:
-                shares.append(cfg.field.validate(share, name=f"share from silo {i}"))
-            except InputError as exc:  # authenticated, yet not field elements: its sender lied
-                raise RemoteProtocolError(str(exc), sender=i) from None
+                if token:
+                    shares.append(self._rederive(cfg, msg.round, i, silo, token, identity, inputs))
+                else:
+                    shares.append(self._open(cfg, msg.round, i, box, identity, inputs))
+            except RemoteProtocolError as exc:
+                me = self.policy.identity
+                if exc.sender == i and i != silo and me is not None:  # a signed accusation
+                    exc.evidence = me.sign(
+                        accusation_statement(
+                            digest=cfg.digest,
+                            run_id=cfg.run_bytes,
+                            round_=msg.round,
+                            accuser=silo,
+                            accused=i,
+                            item=token or box,
+                        )
+                    )
+                raise
         agg = cfg.field.matmul(rows, shares, validate=False)  # each share checked above
         self.round = max(self.round, msg.round)
         self.recovered_round = msg.round
@@ -972,6 +1102,37 @@ class ClientMachine:
             digest=cfg.digest, round=msg.round, sender=silo, recipient=SERVER, rows=agg
         )
 
+    def _open(
+        self,
+        cfg: ProtocolConfig,
+        round_: int,
+        sender: int,
+        box: bytes,
+        identity: bytes,
+        inputs: bytes,
+    ) -> torch.Tensor:
+        """The share ``sender`` sealed for this silo, opened with its entry's ephemeral key and
+        this silo's own inputs digest (in the key and the box's associated data)."""
+        m = cfg.sharing.piece_length
+        entry = Entry.parse(box, payload_bytes=sealed_payload_bytes(m), blame=SERVER)
+        self._check_statement(cfg, round_, sender, SEALED, b"", entry, identity)
+        secret = self._recipient_secret(cfg, sender, round_, entry, b"", SEALED, inputs)
+        share = open_share(
+            secret,
+            entry,
+            kind=SEALED,
+            field=cfg.field,
+            piece_length=m,
+            run_id=cfg.run_bytes,
+            round_=round_,
+            sender=sender,
+            recipient=self._identity()[1],
+            inputs=inputs,
+        )
+        if share is None:  # pragma: no cover - a sealed entry always opens to a share
+            raise LocalProtocolError("no share")
+        return share
+
     def _rederive(
         self,
         cfg: ProtocolConfig,
@@ -979,18 +1140,22 @@ class ClientMachine:
         sender: int,
         silo: int,
         token: bytes,
-        roster: dict[int, bytes],
-        inputs: bytes = b"",
+        identity: bytes,
+        inputs: bytes,
     ) -> torch.Tensor:
         """The share ``sender`` derived for this silo, after its key-confirmation tag checks."""
-        if len(token) != CONTEXT_BYTES + CONFIRM_BYTES:
+        if len(token) < CONTEXT_BYTES:
             raise RemoteProtocolError(
-                f"a share token has {len(token)} bytes, expected {CONTEXT_BYTES + CONFIRM_BYTES}",
+                f"a share token has {len(token)} bytes, fewer than its {CONTEXT_BYTES}-byte "
+                "context",
                 sender=SERVER,
             )
-        context, tag = token[:CONTEXT_BYTES], token[CONTEXT_BYTES:]
-        share, expect = self._derived_share(sender, silo, round_, context, roster, inputs=inputs)
-        if not tags_match(tag, expect):
+        context = token[:CONTEXT_BYTES]
+        entry = Entry.parse(token[CONTEXT_BYTES:], payload_bytes=CONFIRM_BYTES, blame=SERVER)
+        if sender != silo:
+            self._check_statement(cfg, round_, sender, DERIVED, context, entry, identity)
+        secret = self._recipient_secret(cfg, sender, round_, entry, context, DERIVED, inputs)
+        if not tags_match(entry.payload, secret[SEED_BYTES:]):
             if sender == silo:  # our own share: our keys changed since the upload
                 raise NeedsKeysError(
                     f"{NEEDS_KEYS}: this silo's own derived share of round {round_} does not "
@@ -999,13 +1164,99 @@ class ClientMachine:
                 )
             raise KeyConfirmationError(
                 f"its derived mask share for silo {silo} in round {round_} fails key "
-                f"confirmation: silo {sender} derived it with other keys than silo {silo} holds "
-                f"(a stale roster, or a silo that rekeyed after the round started); rekey silo "
-                f"{sender} and silo {silo} (or the tag was altered in transit, or the server "
-                "sent the two silos different training inputs)",
+                f"confirmation: silo {sender} derived it with another key than silo {silo}'s "
+                f"(a stale roster, or a silo that rekeyed after the round started), or from "
+                f"other training inputs than silo {silo} was sent, or its tag is wrong; the "
+                f"server asks silo {sender} to reveal the share's ephemeral key and judges",
                 sender=sender,
             )
-        return share
+        out = np.empty(cfg.sharing.piece_length, dtype=np.uint32)
+        MaskStream(secret[:SEED_BYTES], cfg.p).fill(out)
+        return torch.from_numpy(out)
+
+    # ------------------------------------------------------------------ 4. evidence
+    def on_reveal_request(self, msg: RevealRequest) -> Reveal:
+        """Reveal the ephemeral scalar of the one share this silo left for ``msg.accuser``.
+
+        Only that share's scalar: it opens that share and nothing else (the accuser holds the
+        share already). Checked before anything is revealed: the accuser is another roster
+        silo; with a trust roster its key is trusted and it signed the accusation (a silo
+        with an identity reveals only for an accusation its accuser signed); the relayed item
+        is this silo's entry for the accuser (its ephemeral key is the one this silo derives
+        again from the context). Nothing changes in the machine.
+
+        Raises
+        ------
+        RemoteProtocolError
+            Blaming the server, for anything that does not check.
+        """
+        cfg = self._check_header(msg)
+        self._require(
+            ClientStage.KEYED, ClientStage.TRAINING, ClientStage.UPLOADED, ClientStage.RECOVERED
+        )
+        _, silo, keys = self._identity()
+        if not 0 < msg.round < MAX_ROUND:
+            raise RemoteProtocolError(
+                f"a reveal request for round {msg.round}: rounds are in [1, 2**63)", sender=SERVER
+            )
+        accuser = msg.accuser
+        if accuser == silo or not 0 <= accuser < cfg.n:
+            raise RemoteProtocolError(
+                f"a reveal request names accuser {accuser} (this is silo {silo})", sender=SERVER
+            )
+        check_public_key(msg.accuser_key, sender=SERVER)
+        self._check_trust(cfg, ((accuser, msg.accuser_key),), (msg.accuser_credential,))
+        identity = msg.accuser_credential[0]
+        if self.policy.trusted is not None or identity:
+            statement = accusation_statement(
+                digest=cfg.digest,
+                run_id=cfg.run_bytes,
+                round_=msg.round,
+                accuser=accuser,
+                accused=silo,
+                item=msg.item,
+            )
+            if not identity or not verify_signature(identity, statement, msg.accusation):
+                raise RemoteProtocolError(
+                    f"a reveal request without silo {accuser}'s signed accusation: this silo "
+                    "reveals a share's key only when its recipient accuses",
+                    sender=SERVER,
+                )
+        if len(msg.context) != CONTEXT_BYTES:
+            raise RemoteProtocolError(
+                "a reveal request's context has the wrong size", sender=SERVER
+            )
+        if msg.derived:
+            if msg.item[:CONTEXT_BYTES] != msg.context:
+                raise RemoteProtocolError(
+                    "a reveal request's token holds another context", sender=SERVER
+                )
+            entry = Entry.parse(msg.item[CONTEXT_BYTES:], payload_bytes=CONFIRM_BYTES, blame=SERVER)
+        else:
+            payload = sealed_payload_bytes(cfg.sharing.piece_length)
+            entry = Entry.parse(msg.item, payload_bytes=payload, blame=SERVER)
+        e = ephemeral_secret(
+            keys.private_bytes,
+            run_id=cfg.run_bytes,
+            round_=msg.round,
+            sender=silo,
+            recipient=accuser,
+            context=msg.context,
+        )
+        if public_of(e) != entry.ephemeral:
+            raise RemoteProtocolError(
+                f"the disputed entry of round {msg.round} for silo {accuser} holds an ephemeral "
+                "key this silo did not make for it: nothing is revealed",
+                sender=SERVER,
+            )
+        return Reveal(
+            digest=cfg.digest,
+            round=msg.round,
+            sender=silo,
+            recipient=SERVER,
+            accuser=accuser,
+            secret=e,
+        )
 
     # ------------------------------------------------------------------ persistence
     def to_bytes(self) -> bytes:

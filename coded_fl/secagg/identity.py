@@ -66,6 +66,7 @@ __all__ = [
     "load_identity",
     "load_trusted",
     "verify_endorsement",
+    "verify_signature",
 ]
 
 #: The domain separator every endorsement starts with.
@@ -177,10 +178,22 @@ class Identity:
         bytes
             The signature as r | s (64 or 96 bytes).
         """
-        der = self._key.sign(
-            _message(digest=digest, run=run, silo=silo, public_key=public_key),
-            ec.ECDSA(self._hash()),
-        )
+        return self.sign(_message(digest=digest, run=run, silo=silo, public_key=public_key))
+
+    def sign(self, message: bytes) -> bytes:
+        """Sign ``message`` (a caller's unambiguous, domain-separated bytes).
+
+        Parameters
+        ----------
+        message
+            What to sign (e.g. :func:`coded_fl.secagg.evidence.share_statement`).
+
+        Returns
+        -------
+        bytes
+            The signature as r | s (64 or 96 bytes).
+        """
+        der = self._key.sign(message, ec.ECDSA(self._hash()))
         r, s = decode_dss_signature(der)
         half = self._sig_bytes // 2
         return r.to_bytes(half, "big") + s.to_bytes(half, "big")
@@ -205,6 +218,28 @@ def verify_endorsement(
     bool
         False for a bad signature, a malformed key or mismatched sizes (never raises).
     """
+    return verify_signature(
+        identity, _message(digest=digest, run=run, silo=silo, public_key=public_key), signature
+    )
+
+
+def verify_signature(identity: bytes, message: bytes, signature: bytes) -> bool:
+    """Whether ``signature`` (r | s) is ``identity``'s signature of ``message``.
+
+    Parameters
+    ----------
+    identity
+        The signer's compressed public point (P-256 or P-384).
+    message
+        The signed bytes.
+    signature
+        r | s, of the curve's size.
+
+    Returns
+    -------
+    bool
+        False for a bad signature, a malformed key or mismatched sizes (never raises).
+    """
     spec = _BY_POINT.get(len(identity))
     if spec is None or len(signature) != spec[1]:
         return False
@@ -215,11 +250,7 @@ def verify_endorsement(
         der = encode_dss_signature(
             int.from_bytes(signature[:half], "big"), int.from_bytes(signature[half:], "big")
         )
-        key.verify(
-            der,
-            _message(digest=digest, run=run, silo=silo, public_key=public_key),
-            ec.ECDSA(hash_()),
-        )
+        key.verify(der, message, ec.ECDSA(hash_()))
     except (InvalidSignature, ValueError):
         return False
     return True

@@ -35,6 +35,7 @@ from coded_fl.crypto import KEY_BYTES, SEAL_OVERHEAD
 from coded_fl.errors import InputError, RemoteProtocolError
 from coded_fl.secagg.aligned import EDGE_KEY_BYTES
 from coded_fl.secagg.derive import CONFIRM_BYTES, CONTEXT_BYTES
+from coded_fl.secagg.evidence import EPHEMERAL_BYTES, SIGNATURE_SIZES, sealed_payload_bytes
 from coded_fl.secagg.identity import check_credential_sizes
 
 if TYPE_CHECKING:
@@ -44,6 +45,7 @@ __all__ = [
     "HEADER_BYTES",
     "MAX_CONFIG_BYTES",
     "SERVER",
+    "TAG_ENTRY_BYTES",
     "TOKEN_BYTES",
     "VERSION",
     "Header",
@@ -55,6 +57,8 @@ __all__ = [
     "RecoveryRequest",
     "Refusal",
     "RefusalCode",
+    "Reveal",
+    "RevealRequest",
     "TrainRequest",
     "Upload",
     "decode",
@@ -65,10 +69,13 @@ __all__ = [
 ]
 
 MAGIC = b"CFL"
-VERSION = 6  # 2: seed-derived mask shares (context, tags, tokens); 3: group-aligned masks;
+VERSION = 7  # 2: seed-derived mask shares (context, tags, tokens); 3: group-aligned masks;
 # 4: group masks bound to a BLAKE3 digest of the model (was SHA-256); 5: the digest covers the
 # train spec and the user's config record too (clients.mod._model_digest); 6: signed keys (an
-# identity key and an endorsement with every KeyReply and relayed roster entry)
+# identity key and an endorsement with every KeyReply and relayed roster entry); 7: verifiable
+# accusations (every share entry carries its ephemeral key and, with an identity, its sender's
+# signature; a refusal carries its accusation's signature; RevealRequest and Reveal), every
+# share's key and sealed box bound to the digest of the round's training inputs
 SERVER = -1
 _HEADER = struct.Struct("<3sBB8sQii")
 
@@ -139,7 +146,9 @@ class TrainRequest(Message):
 class Upload(Message):
     """Silo -> server: the masked coded vector; the context its derived shares are bound to,
     one key-confirmation tag per member of its derived set (its own included), and one sealed
-    mask share per other member (see :mod:`coded_fl.secagg.derive`)."""
+    mask share per other member (see :mod:`coded_fl.secagg.derive`). Each tag and each sealed
+    share is an *entry* (:class:`coded_fl.secagg.evidence.Entry`): the share's ephemeral
+    public key, the tag or box, and with an identity the sender's signature."""
 
     TYPE: ClassVar[int] = 4
     masked: torch.Tensor = field(default_factory=lambda: torch.empty(0, dtype=torch.uint32))
@@ -183,8 +192,10 @@ class RefusalCode(IntEnum):
 
     ``NEEDS_KEYS``: the silo holds no keys for the server's session; the server reruns the key
     exchange with it before the next round. ``ACCUSES``: a share sealed for this silo by silo
-    ``accused`` failed authentication (altered in transit or by its sender); the server reports
-    the accusation (which the accusing silo could forge: it is a lead, not a proof).
+    ``accused`` failed authentication (altered in transit or by its sender); the server asks
+    the accused silo to reveal that share's ephemeral key and judges which of the two lied
+    (:mod:`coded_fl.secagg.evidence`); ``evidence`` carries the accuser's signature of the
+    accusation when it holds an identity key.
     ``MISCONFIGURED``: the silo cannot take part because of a setting (e.g. a partition larger
     than ``max_weight``, a model that does not match the configuration); the detail names it.
     When more silos refuse so than a round can spare, no round can complete and the server
@@ -231,12 +242,49 @@ class Refusal(Message):
     accused: int | None = None
     detail: str = ""
     bound: int = 0  # WEIGHT_BOUND: the weight bound the silo needs (a power of two), else 0
+    #: ACCUSES from a silo with an identity: its signature of the accusation
+    #: (:func:`coded_fl.secagg.evidence.accusation_statement`); empty otherwise
+    evidence: bytes = b""
+
+
+@dataclass(frozen=True)
+class RevealRequest(Message):
+    """Server -> accused silo: reveal the ephemeral scalar of the share it left for
+    ``accuser`` in round ``round`` (:mod:`coded_fl.secagg.evidence`).
+
+    ``item`` is what the server relayed to the accuser (the sealed entry, or the derived
+    share's token: context and entry), ``derived`` says which; ``context`` is the accused's
+    upload context (from which it recomputes the scalar). ``accuser_key`` and
+    ``accuser_credential`` are the accuser's key-agreement key and (identity, endorsement);
+    ``accusation`` the accuser's signature of the accusation (empty without an identity).
+    """
+
+    TYPE: ClassVar[int] = 8
+    accuser: int = 0
+    derived: bool = False
+    context: bytes = b""
+    item: bytes = b""
+    accuser_key: bytes = b""
+    accuser_credential: tuple[bytes, bytes] = (b"", b"")
+    accusation: bytes = b""
+
+
+@dataclass(frozen=True)
+class Reveal(Message):
+    """Accused silo -> server: the ephemeral scalar of the one disputed share (32 bytes)."""
+
+    TYPE: ClassVar[int] = 9
+    accuser: int = 0
+    secret: bytes = field(default=b"", repr=False)
 
 
 _NO_SILO = -2  # the encoding of Refusal.accused = None
 
-#: Bytes of a derived share's token in a recovery request: the context and the tag.
-TOKEN_BYTES = CONTEXT_BYTES + CONFIRM_BYTES
+#: Bytes of a derived share's token in a recovery request, unsigned: the context and the entry
+#: (ephemeral key and tag); a signed one has a signature more (:data:`SIGNATURE_SIZES`).
+TOKEN_BYTES = CONTEXT_BYTES + EPHEMERAL_BYTES + CONFIRM_BYTES
+#: Bytes of a derived share's entry in an upload, unsigned: the ephemeral key and the tag.
+TAG_ENTRY_BYTES = EPHEMERAL_BYTES + CONFIRM_BYTES
 
 #: Longest configuration a KeyRequest may carry (bytes of JSON; a real one is under 1 KiB).
 MAX_CONFIG_BYTES = 1 << 16
@@ -261,7 +309,8 @@ class Limits:
     piece_length
         m: a recovery reply's rows have exactly m elements.
     sealed_share_bytes
-        4 m + 16: the size of every sealed share.
+        32 + 4 m + 28: the size of every unsigned sealed share entry (ephemeral key and box);
+        a signed one has 64 or 96 bytes more.
     public_key_bytes
         32: the size of every X25519 public key.
     edges
@@ -306,7 +355,7 @@ class Limits:
             comparisons=comparisons,
             vector_length=cfg.vector_length,
             piece_length=m,
-            sealed_share_bytes=4 * m + SEAL_OVERHEAD,
+            sealed_share_bytes=EPHEMERAL_BYTES + sealed_payload_bytes(m),
             edges=len(cfg.mask_edges),
         )
 
@@ -321,6 +370,8 @@ _TYPES: dict[int, type[Message]] = {
         RecoveryRequest,
         RecoveryReply,
         Refusal,
+        RevealRequest,
+        Reveal,
     )
 }
 
@@ -460,6 +511,14 @@ def _encode(msg: Message) -> list[bytes | memoryview]:
             raise InputError(f"refusal bound must be in [0, 2^62], got {msg.bound}")
         parts.append(struct.pack("<BiQ", int(msg.code), accused, int(msg.bound)))
         parts.append(_blob(detail.decode("utf-8", "ignore").encode("utf-8")))
+        parts.append(_blob(msg.evidence))
+    elif isinstance(msg, RevealRequest):
+        identity, endorsement = msg.accuser_credential
+        parts.append(struct.pack("<iB", msg.accuser, int(bool(msg.derived))))
+        parts += [_blob(b) for b in (msg.context, msg.item, msg.accuser_key)]
+        parts += [_blob(identity), _blob(endorsement), _blob(msg.accusation)]
+    elif isinstance(msg, Reveal):
+        parts.append(struct.pack("<i", msg.accuser) + _blob(msg.secret))
     else:  # pragma: no cover - every subclass is handled above
         raise InputError(f"cannot encode {type(msg).__name__}")
     return parts
@@ -494,6 +553,13 @@ class _Reader:
 
     def left(self) -> int:
         return len(self.buf) - self.pos
+
+    def blob_in(self, sizes: tuple[int, ...] | None, what: str) -> bytes:
+        """A length-prefixed byte string whose length is one of ``sizes`` (any if None)."""
+        (n,) = self.unpack("<I")
+        if sizes is not None and n not in sizes:
+            raise RemoteProtocolError(f"{what} has {n} bytes, expected one of {list(sizes)}")
+        return bytes(self.take(n))
 
     def credential(self) -> tuple[bytes, bytes]:
         """An (identity key, signature) pair: both empty or of one supported curve's sizes."""
@@ -599,6 +665,11 @@ def peek_type(buf: bytes | bytearray | memoryview) -> type[Message]:
 HEADER_BYTES = _HEADER.size
 
 
+def _signed_sizes(unsigned: int) -> tuple[int, ...]:
+    """The sizes of an entry of ``unsigned`` bytes, unsigned or with a signature."""
+    return tuple(unsigned + s for s in SIGNATURE_SIZES)
+
+
 def _signed(creds: tuple[tuple[bytes, bytes], ...]) -> tuple[tuple[bytes, bytes], ...]:
     """The decoded credentials: empty when no entry is signed (as a sender that signs none
     builds them)."""
@@ -638,7 +709,8 @@ def decode(buf: bytes | bytearray | memoryview, *, limits: Limits | None = None)
     }
     lim = limits
     key_size = None if lim is None else lim.public_key_bytes
-    share_size = None if lim is None else lim.sealed_share_bytes
+    share_sizes = None if lim is None else _signed_sizes(lim.sealed_share_bytes)
+    tag_sizes = None if lim is None else _signed_sizes(TAG_ENTRY_BYTES)
     tag_size = None if lim is None else CONFIRM_BYTES
     silos = None if lim is None else lim.silos
     edges = None if lim is None else lim.edges
@@ -694,9 +766,11 @@ def decode(buf: bytes | bytearray | memoryview, *, limits: Limits | None = None)
                 f"share context has {len(context)} bytes, expected {CONTEXT_BYTES} (or none)"
             )
         n = r.count(8, silos, "tags")
-        tags = tuple((r.unpack("<i")[0], r.blob(tag_size, "confirmation tag")) for _ in range(n))
+        tags = tuple((r.unpack("<i")[0], r.blob_in(tag_sizes, "tag entry")) for _ in range(n))
         n = r.count(8, silos, "shares")
-        shares = tuple((r.unpack("<i")[0], r.blob(share_size, "sealed share")) for _ in range(n))
+        shares = tuple(
+            (r.unpack("<i")[0], r.blob_in(share_sizes, "sealed share")) for _ in range(n)
+        )
         n = r.count(16, None if edges is None else edges * lim.silos, "dealt edge keys")  # type: ignore[union-attr]
         dealt = tuple((*r.unpack("<iII"), r.blob(box_size, "sealed edge key")) for _ in range(n))
         n = r.count(12, edges, "edge confirmations")
@@ -732,13 +806,14 @@ def decode(buf: bytes | bytearray | memoryview, *, limits: Limits | None = None)
         signed = [(r.blob(key_size, "public key"), r.credential()) for _ in range(n)]
         keys = tuple(k for k, _ in signed)
         for box, token in zip(boxes, tokens, strict=True):  # exactly one of the two
-            if lim is not None and (len(box), len(token)) not in (
-                (share_size, 0),
-                (0, TOKEN_BYTES),
+            if lim is not None and not (
+                (len(box) in (share_sizes or ()) and not token)
+                or (not box and len(token) in _signed_sizes(TOKEN_BYTES))
             ):
                 raise RemoteProtocolError(
                     f"a survivor's entry has a sealed share of {len(box)} bytes and a token of "
-                    f"{len(token)} bytes; expected exactly one ({share_size} or {TOKEN_BYTES})"
+                    f"{len(token)} bytes; expected exactly one ({list(share_sizes or ())} or "
+                    f"{list(_signed_sizes(TOKEN_BYTES))})"
                 )
         msg = RecoveryRequest(
             **head,
@@ -765,13 +840,45 @@ def decode(buf: bytes | bytearray | memoryview, *, limits: Limits | None = None)
         (size,) = r.unpack("<I")
         if size > MAX_DETAIL_BYTES:
             raise RemoteProtocolError(f"refusal detail exceeds {MAX_DETAIL_BYTES} bytes")
+        detail = bytes(r.take(size)).decode("utf-8", "replace")
+        evidence = r.blob_in(SIGNATURE_SIZES, "accusation signature")
+        if evidence and reason != RefusalCode.ACCUSES:
+            raise RemoteProtocolError(f"a {reason.label} refusal carries an accusation signature")
         msg = Refusal(
             **head,
             code=reason,
             accused=None if accused == _NO_SILO else accused,
-            detail=bytes(r.take(size)).decode("utf-8", "replace"),
+            detail=detail,
             bound=bound,
+            evidence=evidence,
         )
+    elif cls is RevealRequest:
+        accuser, flag = r.unpack("<iB")
+        if flag > 1:
+            raise RemoteProtocolError(f"derived flag {flag} is not 0 or 1")
+        context = r.blob(CONTEXT_BYTES, "share context")
+        if lim is None:
+            item = r.blob(None, "disputed item")
+        elif flag:
+            item = r.blob_in(_signed_sizes(TOKEN_BYTES), "disputed token")
+        else:
+            item = r.blob_in(share_sizes, "disputed sealed share")
+        accuser_key = r.blob(key_size, "public key")
+        credential = r.credential()
+        accusation = r.blob_in(SIGNATURE_SIZES, "accusation signature")
+        msg = RevealRequest(
+            **head,
+            accuser=accuser,
+            derived=bool(flag),
+            context=context,
+            item=item,
+            accuser_key=accuser_key,
+            accuser_credential=credential,
+            accusation=accusation,
+        )
+    elif cls is Reveal:
+        (accuser,) = r.unpack("<i")
+        msg = Reveal(**head, accuser=accuser, secret=r.blob(EPHEMERAL_BYTES, "revealed scalar"))
     else:
         rows, cols = r.unpack("<II")
         if lim is not None and (rows > lim.max_rows or cols != lim.piece_length):

@@ -21,7 +21,13 @@ Theory of operation (``docs/protocol.md`` has the whole protocol and its proofs)
   replicas that disagree, an aggregate out of range) ends in :class:`RoundAborted` with the
   reason; nothing partial is returned and the machine is ready for the next round.
 - Accusations: a survivor that cannot open the share silo i sealed for it answers with a
-  ``Refusal`` (code ``ACCUSES``) instead of a reply. A silo accused by at least
+  ``Refusal`` (code ``ACCUSES``) instead of a reply. Each accusation is judged
+  (:mod:`coded_fl.secagg.evidence`): ``reveal_requests`` asks the accused silo for the
+  ephemeral scalar of that one share, ``receive(Reveal)`` opens the share the server relayed
+  under it, and ``close_disputes`` judges the rest against their accused (no reveal). The
+  liar, accuser or accused, is named (:attr:`RoundResult.offenders`, :class:`Verdict`) and
+  left out of the session's later rounds; an accused proven lying is dropped from S like a
+  convicted one. Besides, a silo accused by at least
   :meth:`ServerMachine.accusers_needed` = max(T + 1, 2) distinct survivors is *convicted*: at
   most T silos collude, so one of its accusers is honest and the share really failed (one
   silo, or T colluding ones, cannot exclude an honest silo). Once replies cannot reach U
@@ -42,7 +48,7 @@ lines of code, the rest documentation.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -63,7 +69,16 @@ from coded_fl.quantize import dequantize
 from coded_fl.secagg.aligned import EDGE_KEY_BYTES, EDGE_TAG_BYTES, edge_silos, incident
 from coded_fl.secagg.config import ProtocolConfig
 from coded_fl.secagg.derive import CONFIRM_BYTES, CONTEXT_BYTES
-from coded_fl.secagg.identity import check_credential_sizes, verify_endorsement
+from coded_fl.secagg.evidence import (
+    DERIVED,
+    SEALED,
+    Entry,
+    accusation_statement,
+    judge,
+    sealed_payload_bytes,
+    share_statement,
+)
+from coded_fl.secagg.identity import check_credential_sizes, verify_endorsement, verify_signature
 from coded_fl.secagg.messages import (
     SERVER,
     KeyReply,
@@ -73,12 +88,21 @@ from coded_fl.secagg.messages import (
     RecoveryRequest,
     Refusal,
     RefusalCode,
+    Reveal,
+    RevealRequest,
     TrainRequest,
     Upload,
 )
 from coded_fl.secagg.verify import comparison_pairs, weight_rows
 
-__all__ = ["DRIFT_TOLERANCE", "RoundAborted", "RoundResult", "ServerMachine", "ServerStage"]
+__all__ = [
+    "DRIFT_TOLERANCE",
+    "RoundAborted",
+    "RoundResult",
+    "ServerMachine",
+    "ServerStage",
+    "Verdict",
+]
 
 #: Rounds whose deal plans are remembered for late uploads.
 _LATE_ROUNDS = 8
@@ -97,6 +121,33 @@ class ServerStage(str, Enum):
     READY = "ready"
     COLLECTING = "collecting"
     RECOVERING = "recovering"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The server's judgement of one accusation (:mod:`coded_fl.secagg.evidence`).
+
+    ``liar`` is the accuser when the disputed share opened (or confirmed) under the key its
+    sender revealed, and the accused when it did not, when the accused revealed a scalar that
+    is not its ephemeral key's, or revealed nothing. ``reason`` says which (no key material).
+    """
+
+    round: int
+    accuser: int
+    accused: int
+    liar: int
+    reason: str
+
+
+@dataclass
+class _Dispute:
+    """An accusation waiting for its evidence: what the server relayed to the accuser."""
+
+    derived: bool
+    context: bytes
+    item: bytes
+    evidence: bytes
+    asked: bool = False
 
 
 @dataclass(frozen=True, eq=False)
@@ -118,20 +169,25 @@ class RoundResult:
     located: dict[int, int] = field(default_factory=dict)  # silo -> coordinates it was off
     excluded: tuple[int, ...] = ()  # uploaded, then dropped from S: convicted by accusations
     within_tolerance: int = 0  # disagreeing coordinates where replicas drift within tolerance
-    # located as deviating: off beyond the tolerance where their group agreed, or a recovery
-    # reply inconsistent with the others; left out of the session's later rounds
+    # located as deviating: off beyond the tolerance where their group agreed, a recovery
+    # reply inconsistent with the others, or a lie the evidence of an accusation proved (an
+    # accuser or an accused: ``verdicts``); left out of the session's later rounds
     offenders: tuple[int, ...] = ()
     unresolved: dict[int, int] = field(default_factory=dict)  # silo -> erased where it was off
+    #: accusations judged in this round; their liars are in ``offenders``
+    verdicts: tuple[Verdict, ...] = ()
 
 
 @dataclass(frozen=True)
 class RoundAborted:
-    """A round that produced nothing; ``reason`` says why, ``suspects`` names silos if known."""
+    """A round that produced nothing; ``reason`` says why, ``suspects`` names silos if known
+    (the liars of the round's judged accusations among them)."""
 
     round: int
     reason: str
     suspects: tuple[int, ...] = ()
     survivors: tuple[int, ...] = ()
+    verdicts: tuple[Verdict, ...] = ()
 
 
 @dataclass
@@ -154,6 +210,12 @@ class _Round:
     aligned: bool = False  # group-masked round: no recovery stage (masks cancel)
     # silo -> the (q, h, recipient) deals its TrainRequest asked for (its upload may carry them)
     deal: dict[int, frozenset[tuple[int, int, int]]] = field(default_factory=dict)
+    # (accused, accuser) -> the accusation waiting for its evidence, then its verdict
+    disputes: dict[tuple[int, int], _Dispute] = field(default_factory=dict)
+    verdicts: dict[tuple[int, int], Verdict] = field(default_factory=dict)
+    # silo -> the digest of the training inputs the driver sent it (start_round): a disputed
+    # share is judged under its sender's (docs/protocol.md, "Verifiable accusations")
+    inputs: dict[int, bytes] = field(default_factory=dict)
 
 
 class ServerMachine:
@@ -238,6 +300,7 @@ class ServerMachine:
             (ServerStage.COLLECTING, Upload): self._on_upload,  # type: ignore[dict-item]
             (ServerStage.RECOVERING, RecoveryReply): self._on_recovery_reply,  # type: ignore[dict-item]
             (ServerStage.RECOVERING, Refusal): self._on_refusal,  # type: ignore[dict-item]
+            (ServerStage.RECOVERING, Reveal): self._on_reveal,  # type: ignore[dict-item]
         }
 
     def __repr__(self) -> str:
@@ -367,8 +430,21 @@ class ServerMachine:
         return creds if any(i for i, _ in creds) else ()
 
     # ------------------------------------------------------------------ collection
-    def start_round(self, number: int) -> list[TrainRequest]:
+    def start_round(
+        self, number: int, *, inputs: bytes | Mapping[int, bytes] = b""
+    ) -> list[TrainRequest]:
         """Open round ``number``: one TrainRequest (with the roster) per roster silo.
+
+        Parameters
+        ----------
+        number
+            The round.
+        inputs
+            The digest of the training inputs the driver sends with the requests (the model,
+            train spec and config record: ``clients.mod._model_digest``), one for every silo or
+            one per silo; the silos bind their shares to it, and a disputed share is judged
+            under the digest of the inputs its sender was sent. Empty where the driver sends
+            none (the sans-IO harness: its silos upload with an empty digest too).
 
         Raises
         ------
@@ -385,6 +461,10 @@ class ServerMachine:
         deal = self._deal_plan(number) if cfg.aligned else {}
         self._round = _Round(number, barred=self._bar_next | self.excluded, aligned=aligned)
         self._round.deal = {s: frozenset(d) for s, d in deal.items()}
+        self._round.inputs = {
+            s: bytes(inputs if isinstance(inputs, (bytes, bytearray)) else inputs.get(s, b""))
+            for s in self.roster
+        }
         self._deals[number] = self._round.deal
         for old in sorted(self._deals)[:-_LATE_ROUNDS]:
             del self._deals[old]
@@ -545,8 +625,9 @@ class ServerMachine:
             raise RemoteProtocolError("duplicate upload in this round", sender=msg.sender)
         if msg.sender in self.excluded:
             raise RemoteProtocolError(
-                "left out of the rest of the session: its replies were off beyond the drift "
-                "tolerance where the other members of its group agreed",
+                "left out of the rest of the session: named an offender (its replies were off "
+                "beyond the drift tolerance where the other members of its group agreed, or "
+                "the evidence of an accusation showed it lied)",
                 sender=msg.sender,
             )
         if msg.sender in rnd.barred:
@@ -591,14 +672,40 @@ class ServerMachine:
                 "in order",
                 sender=msg.sender,
             )
-        size = 4 * cfg.sharing.piece_length + SEAL_OVERHEAD
-        if any(len(c) != size for _, c in msg.shares):
-            raise RemoteProtocolError(f"a sealed share is not {size} bytes", sender=msg.sender)
-        if len(msg.context) != CONTEXT_BYTES or any(len(t) != CONFIRM_BYTES for _, t in msg.tags):
+        if len(msg.context) != CONTEXT_BYTES:
             raise RemoteProtocolError(
-                f"the share context must be {CONTEXT_BYTES} bytes and every tag {CONFIRM_BYTES}",
-                sender=msg.sender,
+                f"the share context must be {CONTEXT_BYTES} bytes", sender=msg.sender
             )
+        identity = self.credentials.get(msg.sender, (b"", b""))[0]
+        box = sealed_payload_bytes(cfg.sharing.piece_length)
+        entries = [(j, t, DERIVED, CONFIRM_BYTES) for j, t in msg.tags]
+        entries += [(j, c, SEALED, box) for j, c in msg.shares]
+        for j, raw, kind, size in entries:
+            entry = Entry.parse(raw, payload_bytes=size, blame=msg.sender)
+            if not identity:
+                if entry.signature:
+                    raise RemoteProtocolError(
+                        "a share entry is signed, but the silo sent no identity with its key",
+                        sender=msg.sender,
+                    )
+                continue
+            statement = share_statement(
+                digest=cfg.digest,
+                run_id=cfg.run_bytes,
+                round_=msg.round,
+                sender=msg.sender,
+                recipient=j,
+                kind=kind,
+                context=msg.context if kind == DERIVED else b"",
+                ephemeral=entry.ephemeral,
+                recipient_key=self.roster[j],
+                payload=entry.payload,
+            )
+            if not verify_signature(identity, statement, entry.signature):
+                raise RemoteProtocolError(
+                    f"its entry for silo {j}'s share does not carry its valid signature",
+                    sender=msg.sender,
+                )
 
     def _validate_masked(self, msg: Upload) -> None:
         try:
@@ -730,6 +837,176 @@ class ServerMachine:
             and accused in rnd.survivors
         ):
             rnd.accusations.setdefault(accused, set()).add(msg.sender)
+            self._dispute(rnd, accused, msg.sender, msg.evidence)
+
+    # ------------------------------------------------------------------ evidence
+    def _item(self, rnd: _Round, accused: int, accuser: int) -> tuple[bool, bytes] | None:
+        """What the server relayed to ``accuser`` for ``accused``'s share: (derived, item)."""
+        upload = rnd.uploads.get(accused)
+        if upload is None:
+            return None
+        box = dict(upload.shares).get(accuser)
+        if box is not None:
+            return False, bytes(box)
+        tag = dict(upload.tags).get(accuser)
+        return None if tag is None else (True, upload.context + tag)
+
+    def _dispute(self, rnd: _Round, accused: int, accuser: int, evidence: bytes) -> None:
+        """Open a dispute for an accusation (once per pair and round). An accuser with an
+        identity must sign it over the item the server relayed; an accusation that is not so
+        signed is judged at once: its accuser lied (the server verified the identity)."""
+        pair = (accused, accuser)
+        if pair in rnd.disputes or pair in rnd.verdicts:
+            return
+        found = self._item(rnd, accused, accuser)
+        if found is None:  # pragma: no cover - every survivor leaves an entry for every other
+            return
+        derived, item = found
+        cfg = self.config
+        identity = self.credentials.get(accuser, (b"", b""))[0]
+        if identity and not verify_signature(
+            identity,
+            accusation_statement(
+                digest=cfg.digest,
+                run_id=cfg.run_bytes,
+                round_=rnd.number,
+                accuser=accuser,
+                accused=accused,
+                item=item,
+            ),
+            evidence,
+        ):
+            self._verdict(
+                rnd,
+                accused,
+                accuser,
+                liar=accuser,
+                reason="its accusation does not carry its valid signature",
+            )
+            return
+        upload = rnd.uploads[accused]
+        rnd.disputes[pair] = _Dispute(derived, bytes(upload.context), item, bytes(evidence))
+
+    def reveal_requests(self) -> list[RevealRequest]:
+        """One :class:`RevealRequest` per accusation not yet put to its accused silo: reveal
+        the ephemeral scalar of the disputed share (and no other).
+
+        Returns
+        -------
+        list[RevealRequest]
+        """
+        self._require(ServerStage.RECOVERING)
+        rnd = self._current()
+        cfg = self.config
+        out = []
+        for (accused, accuser), d in sorted(rnd.disputes.items()):
+            if d.asked:
+                continue
+            d.asked = True
+            out.append(
+                RevealRequest(
+                    digest=cfg.digest,
+                    round=rnd.number,
+                    sender=SERVER,
+                    recipient=accused,
+                    accuser=accuser,
+                    derived=d.derived,
+                    context=d.context,
+                    item=d.item,
+                    accuser_key=self.roster[accuser],
+                    accuser_credential=self.credentials.get(accuser, (b"", b"")),
+                    accusation=d.evidence,
+                )
+            )
+        return out
+
+    @property
+    def disputes_settled(self) -> bool:
+        """True when every accusation of the round under way has its verdict."""
+        rnd = self._round
+        return rnd is None or not rnd.disputes
+
+    def _on_reveal(self, msg: Reveal) -> None:
+        """Judge a dispute with the scalar its accused silo revealed (a reveal for no pending
+        dispute, e.g. a replay, is refused and changes nothing)."""
+        rnd = self._current()
+        cfg = self.config
+        if msg.round != rnd.number:
+            raise RemoteProtocolError(
+                f"reveal for round {msg.round} during round {rnd.number}", sender=msg.sender
+            )
+        pair = (msg.sender, msg.accuser)
+        dispute = rnd.disputes.get(pair)
+        if dispute is None or not dispute.asked:
+            raise RemoteProtocolError(
+                f"a reveal for its share to silo {msg.accuser}, which no pending accusation "
+                "disputes (replayed, or never asked)",
+                sender=msg.sender,
+            )
+        if len(msg.secret) != 32:
+            raise RemoteProtocolError("a revealed scalar is 32 bytes", sender=msg.sender)
+        kind = DERIVED if dispute.derived else SEALED
+        item = dispute.item[CONTEXT_BYTES:] if dispute.derived else dispute.item
+        size = CONFIRM_BYTES if dispute.derived else sealed_payload_bytes(cfg.sharing.piece_length)
+        why = judge(
+            msg.secret,
+            Entry.parse(item, payload_bytes=size, blame=msg.sender),
+            kind=kind,
+            recipient_key=self.roster[msg.accuser],
+            context=dispute.context,
+            field=cfg.field,
+            piece_length=cfg.sharing.piece_length,
+            run_id=cfg.run_bytes,
+            round_=rnd.number,
+            sender=msg.sender,
+            recipient=msg.accuser,
+            inputs=rnd.inputs.get(msg.sender, b""),  # what it was sent: it bound its shares
+        )
+        if why is None:
+            self._verdict(
+                rnd,
+                msg.sender,
+                msg.accuser,
+                liar=msg.accuser,
+                reason=f"silo {msg.sender} revealed its share's key and the share "
+                + ("confirms" if dispute.derived else "opens to m field elements"),
+            )
+        else:
+            self._verdict(rnd, msg.sender, msg.accuser, liar=msg.sender, reason=why)
+
+    def close_disputes(self) -> tuple[Verdict, ...]:
+        """Judge every accusation still without evidence against its accused silo (it did not
+        reveal), and return the round's verdicts so far.
+
+        Returns
+        -------
+        tuple[Verdict, ...]
+        """
+        self._require(ServerStage.RECOVERING)
+        rnd = self._current()
+        for accused, accuser in sorted(rnd.disputes):
+            self._verdict(
+                rnd,
+                accused,
+                accuser,
+                liar=accused,
+                reason="it did not reveal the key of the disputed share",
+            )
+        return tuple(v for _, v in sorted(rnd.verdicts.items()))
+
+    def _verdict(self, rnd: _Round, accused: int, accuser: int, *, liar: int, reason: str) -> None:
+        """Record a verdict: its liar is an offender, left out of the session's later rounds."""
+        rnd.disputes.pop((accused, accuser), None)
+        rnd.verdicts[(accused, accuser)] = Verdict(rnd.number, accuser, accused, liar, reason)
+        self.excluded = frozenset({*self.excluded, liar})
+
+    @property
+    def liars(self) -> tuple[int, ...]:
+        """The silos the current round's verdicts found lying."""
+        rnd = self._round
+        if rnd is None:
+            return ()
+        return tuple(sorted({v.liar for v in rnd.verdicts.values()}))
 
     @property
     def accusers_needed(self) -> int:
@@ -742,12 +1019,17 @@ class ServerMachine:
 
     @property
     def convicted(self) -> tuple[int, ...]:
-        """Survivors of the current round accused by at least :attr:`accusers_needed` silos."""
+        """Survivors of the current round to drop from S: accused by at least
+        :attr:`accusers_needed` silos, or proven to have sent a bad share by a verdict; never
+        one that every verdict on it cleared (its accusers lied)."""
         rnd = self._round
         if rnd is None:
             return ()
         need = self.accusers_needed
-        return tuple(sorted(i for i, by in rnd.accusations.items() if len(by) >= need))
+        counted = {i for i, by in rnd.accusations.items() if len(by) >= need}
+        guilty = {v.accused for v in rnd.verdicts.values() if v.liar == v.accused}
+        cleared = {v.accused for v in rnd.verdicts.values() if v.liar == v.accuser} - guilty
+        return tuple(sorted((counted | guilty) - cleared))
 
     @property
     def recovery_ready(self) -> bool:
@@ -796,12 +1078,14 @@ class ServerMachine:
         if not convicted:
             return None
         rest = tuple(i for i in rnd.survivors if i not in convicted)
-        ask = [j for j in rest if j not in rnd.replies]
+        liars = set(self.liars)  # a proven false accuser is not asked again
+        ask = [j for j in rest if j not in rnd.replies and j not in liars]
         if len(rest) < self.config.min_uploads or len(ask) < self.config.U:
             return None
         rnd.excluded = tuple(sorted({*rnd.excluded, *convicted}))
         self._bar_next = frozenset(rnd.excluded)
         rnd.replies, rnd.refused, rnd.accusations = {}, set(), {}
+        rnd.disputes = {}  # the verdicts stay: the shares are the same, and so is the judgement
         return self._recovery_requests(rnd, rest, ask)
 
     def sum_uploads(self) -> None:
@@ -839,8 +1123,9 @@ class ServerMachine:
             if convicted:
                 self._bar_next = frozenset({*rnd.excluded, *convicted})
                 return self._abort(
-                    f"silo(s) {list(convicted)}: the mask shares they sealed failed "
-                    f"authentication at {self.accusers_needed} or more survivors, and the "
+                    f"silo(s) {list(convicted)}: the mask shares they left failed at "
+                    f"{self.accusers_needed} or more survivors, or the evidence of an "
+                    "accusation proved one bad, and the "
                     f"survivors without them are too few to unmask (need max(n-s, U) = "
                     f"{cfg.min_uploads} silos, U = {cfg.U} of them able to answer); they are left "
                     "out of the next round",
@@ -942,8 +1227,9 @@ class ServerMachine:
             located=located,
             excluded=rnd.excluded,
             within_tolerance=res.within_tolerance,
-            offenders=tuple(sorted({*(located if voted else ()), *wrong})),
+            offenders=tuple(sorted({*(located if voted else ()), *wrong, *self.liars})),
             unresolved=unresolved,
+            verdicts=tuple(v for _, v in sorted(rnd.verdicts.items())),
         )
         self.excluded = frozenset({*self.excluded, *result.offenders})
         self._round = None
@@ -1020,7 +1306,11 @@ class ServerMachine:
     def _abort(self, reason: str, suspects: tuple[int, ...] = ()) -> RoundAborted:
         rnd = self._current()
         out = RoundAborted(
-            round=rnd.number, reason=reason, suspects=suspects, survivors=rnd.survivors
+            round=rnd.number,
+            reason=reason,
+            suspects=tuple(sorted({*suspects, *self.liars})),
+            survivors=rnd.survivors,
+            verdicts=tuple(v for _, v in sorted(rnd.verdicts.items())),
         )
         self._round = None
         self.stage = ServerStage.READY

@@ -20,7 +20,13 @@ round). Silo :data:`CULPRIT` (group (4, 5, 6)) misbehaves in one of these ways
   sharing points, as a silo that knows the configuration can);
 - ``random recovery reply``: uniform random field elements as its recovery reply;
 - ``false accusations``: every recovery request answered with an ``ACCUSES`` refusal that
-  names honest silo :data:`VICTIM`;
+  names honest silo :data:`VICTIM`; the server asks the victim to reveal the key of the
+  disputed share, the share opens, and the accuser is named (``docs/protocol.md``,
+  "Verifiable accusations");
+- ``bad share``: the share it leaves for :data:`VICTIM` in every upload is altered (its tag or
+  box, not its ephemeral key), so the victim accuses it; the culprit reveals the key (it has no
+  better move: not revealing names it too), the share does not confirm, and the culprit is
+  named, on one accusation alone;
 - ``silent``: it holds keys, then drops every message (no reply ever comes).
 
 Beyond the issue's list (:data:`FULL`): the two train behaviours with ``masking="shares"``, and
@@ -68,7 +74,8 @@ from coded_fl.linalg import lagrange_basis
 from coded_fl.quantize import RoundingKey, quantize
 from coded_fl.secagg import ProtocolConfig, RoundResult
 from coded_fl.secagg.client import refusal_for
-from coded_fl.secagg.messages import KeyRequest, RecoveryReply, RecoveryRequest
+from coded_fl.secagg.evidence import EPHEMERAL_BYTES
+from coded_fl.secagg.messages import KeyRequest, RecoveryReply, RecoveryRequest, Upload
 from coded_fl.vocabulary import MSG_KEY, SEED_ENTRY
 from simulations.app.task import Net, load_partition, make_evaluator, train
 from simulations.bench.common import Report
@@ -89,9 +96,15 @@ BEHAVIOURS = (
     "false accusations",
     "random recovery reply",
     "silent",
+    "bad share",
 )
 #: Behaviours that act in the recovery stage: also run with a recovery stage in every round.
-RECOVERY_BEHAVIOURS = ("crafted recovery reply", "random recovery reply", "false accusations")
+RECOVERY_BEHAVIOURS = (
+    "crafted recovery reply",
+    "random recovery reply",
+    "false accusations",
+    "bad share",
+)
 
 
 #: Silo 7 is the reference of group (7, 8, 9), the group that gets no comparison row when
@@ -215,6 +228,7 @@ class _Culprit:
             "random recovery reply": self._random,
             "false accusations": self._accusing,
             "silent": self._silent,
+            "bad share": self._bad_share,
         }
         if self.behaviour in inner:
             return [], [inner[self.behaviour]]
@@ -301,6 +315,26 @@ class _Culprit:
         if refusal is None:  # pragma: no cover - a share error always gives an ACCUSES refusal
             raise RuntimeError("no accusation for a share error")
         return Message(RecordDict({MSG_KEY: message_record(refusal)}), reply_to=msg)
+
+    def _bad_share(self, msg: Message, context: Context, call_next: ClientAppCallable) -> Message:
+        """Alter the payload of the entry its upload leaves for VICTIM (a tag or a box; the
+        ephemeral key stays, so the culprit can still reveal it)."""
+        reply = call_next(msg, context)
+        upload = None if reply.has_error() else message_from(reply.content)
+        if not isinstance(upload, Upload) or not (upload.tags or upload.shares):
+            return reply
+
+        def alter(entries: tuple[tuple[int, bytes], ...]) -> tuple[tuple[int, bytes], ...]:
+            at = EPHEMERAL_BYTES  # the first payload byte
+            return tuple(
+                (j, e[:at] + bytes([e[at] ^ 0x5A]) + e[at + 1 :] if j == VICTIM else e)
+                for j, e in entries
+            )
+
+        forged = replace(upload, tags=alter(upload.tags), shares=alter(upload.shares))
+        reply.content[MSG_KEY] = message_record(forged)
+        self.acted += 1
+        return reply
 
     def _silent(self, msg: Message, context: Context, call_next: ClientAppCallable) -> Message:
         request = message_from(msg.content) if MSG_KEY in msg.content else None
@@ -413,6 +447,7 @@ def _row(
         "silent": list(rep.silent),
         "unawaited": list(rep.unawaited),
         "accused": sorted(rep.accused),
+        "verdicts": [rep.accused[s] for s in sorted(rep.accused)],
         "accuracy": rep.server_metrics.get("accuracy"),
         "reason": rep.reason[:300],
     }

@@ -55,7 +55,9 @@ class Silo:
     answers the RecoveryRequest). ``delay`` is the virtual time its upload takes to arrive.
     ``tamper`` may rewrite its partial updates before encoding (a replica that disagrees);
     ``forge`` may rewrite its whole upload (e.g. garble the sealed shares it sends), and
-    ``forge_recovery`` its recovery reply (a deviating silo's crafted share sums).
+    ``forge_recovery`` its recovery reply (a deviating silo's crafted share sums). ``accuse``
+    makes it refuse the recovery with a (false) accusation of that silo; ``withhold`` makes it
+    never reveal a disputed share's key.
     """
 
     drop: str | None = None
@@ -63,6 +65,10 @@ class Silo:
     tamper: Callable[[int, torch.Tensor], torch.Tensor] | None = None
     forge: Callable[[Upload], Upload] | None = None
     forge_recovery: Callable[[RecoveryReply], RecoveryReply] | None = None
+    #: (recovery stage) refuse every recovery request with an accusation naming this silo
+    accuse: int | None = None
+    #: (evidence stage) never answer a request to reveal a disputed share's key
+    withhold: bool = False
 
 
 @dataclass
@@ -253,6 +259,7 @@ class Harness:
         if isinstance(out, RoundAborted):
             return out
         self._ask(out, behaviour, refused)
+        self._settle(behaviour, refused)
         while not self.server.recovery_ready:  # convicted silos: ask again without them
             again = self.server.retry_recovery()
             if again is None:
@@ -261,6 +268,7 @@ class Harness:
             self.server.sum_uploads()  # the survivor set changed: a new sum
             self._server_cpu += time.thread_time() - t0
             self._ask(again, behaviour, refused)
+            self._settle(behaviour, refused)
         t0 = time.thread_time()
         try:
             return self.server.finish()
@@ -279,7 +287,10 @@ class Harness:
                 continue
             c = self.clients[req.recipient]
             delivered = self._to_client(req)
+            liar = behaviour.get(req.recipient, Silo()).accuse
             try:
+                if liar is not None:  # the refusal an honest silo sends for a bad share
+                    raise RemoteProtocolError("its mask share failed authentication", sender=liar)
                 reply: Message = self._client(
                     req.recipient, partial(c.on_recovery_request, delivered)
                 )
@@ -292,6 +303,22 @@ class Harness:
             if forge is not None and isinstance(reply, RecoveryReply):
                 reply = forge(reply)
             self._to_server(reply, refused)
+
+    def _settle(self, behaviour: Mapping[int, Silo], refused: list[tuple[int, str]]) -> None:
+        """The evidence stage: each accused silo is asked to reveal the disputed share's key;
+        a refusal or silence leaves the dispute to :meth:`ServerMachine.close_disputes`."""
+        for req in self.server.reveal_requests():
+            if behaviour.get(req.recipient, Silo()).withhold:
+                continue
+            c = self.clients[req.recipient]
+            delivered = self._to_client(req)
+            try:
+                reply = self._client(req.recipient, partial(c.on_reveal_request, delivered))
+            except RemoteProtocolError as exc:
+                refused.append((req.recipient, str(exc)))
+                continue
+            self._to_server(reply, refused)
+        self.server.close_disputes()
 
     def expected_total(self, number: int) -> torch.Tensor:
         """The exact sum the round must produce: quantize every partition like a silo does and

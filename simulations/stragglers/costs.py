@@ -42,6 +42,7 @@ from coded_fl.crypto import SEAL_OVERHEAD
 from coded_fl.secagg import ProtocolConfig, RoundResult
 from coded_fl.secagg.aligned import mask_graph
 from coded_fl.secagg.client import ClientMachine
+from coded_fl.secagg.evidence import EPHEMERAL_BYTES
 from coded_fl.secagg.messages import decode, encode
 from coded_fl.secagg.policy import ClientPolicy
 from coded_fl.secagg.server import ServerMachine
@@ -296,8 +297,9 @@ class CostModel:
 
     def bytes(self, what: str, *, n: int, s: int, d: int) -> float:
         """Wire sizes: the codec's layout (:mod:`coded_fl.secagg.messages`; 29-byte header,
-        sealed shares of 4m + SEAL_OVERHEAD bytes: a 12-byte nonce and a 16-byte tag; the U
-        shares of a silo's derived set are not sent, an 8-byte confirmation tag each is); the
+        sealed share entries of 32 + 4m + SEAL_OVERHEAD bytes: the share's ephemeral key, a
+        12-byte nonce and a 16-byte tag; the U shares of a silo's derived set are not sent, an
+        entry of the ephemeral key and an 8-byte confirmation tag each is); the
         benchmark checks them against measured sizes. ``recovery_request`` is the one to the
         first survivor (silo 0) when the last s silos straggle, as measured;
         ``recovery_request_mean`` the mean over the n - s requests (silo 0 gets the most
@@ -306,16 +308,18 @@ class CostModel:
         T = privacy_for(n, s)
         U = k = n - s
         m = math.ceil(d / (U - T))
-        box = SEAL_OVERHEAD + 4 * m
+        box = EPHEMERAL_BYTES + SEAL_OVERHEAD + 4 * m
+        token = 16 + EPHEMERAL_BYTES + 8  # context, ephemeral key, tag
         # survivor i's derived set is the U silos from i on, cyclically; with the survivors
         # 0..k-1 (the last s straggle) j gets i's share sealed and relayed iff 0 < i - j <= s:
-        # min(s, k - 1 - j) relayed shares, the other k - that tokens (context and tag: 24)
+        # min(s, k - 1 - j) relayed shares, the other k - that tokens (context, ephemeral key
+        # and tag: 56)
         relayed = [min(s, k - 1 - j) for j in range(k)]
 
         def request(r: int) -> int:
             # per survivor: index and weight (12), public key (36), two lengths (8), and an
             # unsigned key's empty identity and signature (8; signed keys add 97 or 145)
-            return 37 + 60 * k + (k - r) * 24 + r * box
+            return 37 + 60 * k + (k - r) * token + r * box
 
         if self.masking == "aligned":
             # no shares, tags or context (4 + 0); the two edge-key lists hold group 0's e
@@ -336,9 +340,10 @@ class CostModel:
             # header and roster (per entry: index, key, and an unsigned key's empty identity and
             # signature, 48); the aligned flag and two empty edge-key lists (9)
             "train_request": 42 + 48 * n,
-            # masked vector, context (4 + 16), per tag: recipient, length, 8 bytes (16), per
-            # sealed share: recipient and length (8); two empty edge-key lists (8)
-            "upload": 69 + 4 * d + 16 * U + (n - U) * (8 + box),
+            # masked vector, context (4 + 16), per tag entry: recipient, length, ephemeral key
+            # and 8 bytes (48), per sealed share: recipient and length (8); two empty edge-key
+            # lists (8)
+            "upload": 69 + 4 * d + (8 + EPHEMERAL_BYTES + 8) * U + (n - U) * (8 + box),
             "recovery_request": request(relayed[0]),
             "recovery_request_mean": sum(request(r) for r in relayed) / k,
             "recovery_reply": 37 + 4 * m,

@@ -113,18 +113,29 @@ def test_train_inputs_differ_within_a_group_in_a_shared_mask_round(
     # The same deviation in round 1, a round with shared masks in both runs (an aligned run
     # deals its edge keys in rounds 1 and 2). All four silos upload (one extra reply), so the
     # recovery would answer a comparison row per group, r0^-1 c0 - r1^-1 c1: group 0's
-    # partition sum, since member 1's update quantizes to zero. The inputs digest keys the
-    # derived shares and is in the sealed shares' associated data, and each silo checks every
-    # survivor's shares against its own digest (never one the server relays): every silo
-    # refuses the recovery over S = {0, 1, 2, 3}, silos 0, 2 and 3 accusing silo 1 and silo 1
-    # accusing silo 0, so no row of S is unmasked. Silo 1 is convicted and dropped; what the
-    # server then decodes is the sum of S' = {0, 2, 3} (n - s silos: no comparison row).
+    # partition sum, since member 1's update quantizes to zero. The inputs digest keys every
+    # share (derived or sealed, with its own ephemeral key) and is in the sealed shares'
+    # associated data, and each silo checks every survivor's shares against its own digest
+    # (never one the server relays): every silo refuses the recovery over S = {0, 1, 2, 3},
+    # silos 0, 2 and 3 accusing silo 1 and silo 1 accusing silo 0, so no row of S is unmasked.
+    #
+    # Then the evidence (verifiable accusations): each accused silo reveals the disputed
+    # share's ephemeral key, and the server judges it under the digest of the inputs its
+    # driver sent the accused. The driver sent every silo the same inputs (the transport
+    # changed silo 1's on the way), so silo 1's shares do not open under that digest and
+    # silo 0's share for silo 1 does: the evidence shows silo 1 in every verdict, whoever the
+    # true culprit (here the transport). That is the property that matters, not who is named:
+    # a server that changed the inputs itself judges under its own books and can name silos
+    # wrongly in its own report (it could anyway), but no survivor ever answers a recovery over
+    # a set holding two digests, so what is decoded never includes silo 1's mismatched share
+    # or the partition sum. Silo 1 is dropped (one verdict with evidence convicts) and the
+    # server decodes the sum of S' = {0, 2, 3} (n - s silos: no comparison row).
     def split(silo: int, req: TrainRequest, msg: Message) -> None:
         if req.round == 1 and silo == 1:
             change_record(msg, TRAIN_KEY, **{"max-weight": ZEROING_BOUND})
 
     grid = AdversarialGrid(N, rewrite=split)
-    _flower_run(grid, 1, masking=masking, extra=1)
+    strategy = _flower_run(grid, 1, masking=masking, extra=1)
     assert set(grid.uploads[1]) == {0, 1, 2, 3}
     for j in range(N):
         first = next(
@@ -132,10 +143,16 @@ def test_train_inputs_differ_within_a_group_in_a_shared_mask_round(
         )
         assert isinstance(first, Refusal) and first.code == RefusalCode.ACCUSES, first
         assert first.accused == (0 if j == 1 else 1)
+    # the security property: no decode includes silo 1, so no comparison row of S = {0..3}
     assert server_view.decoded  # the round completed over S'
     for number, survivors, weights, _ in server_view.decoded:
         assert number == 1 and 1 not in survivors, "a recovery over inconsistent inputs decoded"
         assert len(survivors) == N - 1 and weights.shape[0] == 1  # the aggregate of S' only
+    # the liar is whoever the evidence shows: under the digest the driver sent, silo 1
+    report = strategy.reports[-1]
+    assert report.ok and report.offenders == (1,), report
+    assert set(report.accused) == {0, 1}  # silo 0 (by silo 1) and silo 1 (by the others)
+    assert all("silo 1 lied" in why for why in report.accused.values()), report.accused
 
 
 # ----------------------------------------------------------------------------- attack 2

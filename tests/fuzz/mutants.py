@@ -108,6 +108,17 @@ def fields(raw: bytes) -> list[Field]:
             Field(pos + 5, "count", "bound"),  # the low half of the 8-byte bound
             Field(pos + 13, "length", "detail"),
         ]
+        pos += 17 + u32(pos + 13)
+        blob("evidence")
+    elif kind == 8:  # RevealRequest: accuser, derived flag, the item and the accusation
+        out.append(Field(pos, "id", "accuser"))
+        pos += 5
+        for name in ("context", "item", "accuser key", "identity", "endorsement", "accusation"):
+            blob(name)
+    elif kind == 9:  # Reveal: accuser, scalar
+        out.append(Field(pos, "id", "accuser"))
+        pos += 4
+        blob("secret")
     return out
 
 

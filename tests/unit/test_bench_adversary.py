@@ -32,3 +32,17 @@ def test_a_crafted_recovery_reply_is_located_and_the_sums_stay_exact() -> None:
     assert first["acted"] and first["ok"] and first["exact"] and CULPRIT in first["offenders"]
     assert second["ok"] and second["exact"] and CULPRIT in second["excluded"]
     assert not second["acted"]  # left out: no recovery request reaches it
+
+
+def test_a_false_accuser_is_named_and_left_out_the_round_after() -> None:
+    # the culprit refuses every recovery with an accusation of honest silo 0: silo 0 reveals
+    # the disputed share's key, the share opens, and the culprit is named (issue 27, item 4)
+    small = Size(silos=6, rounds=2, examples=16)
+    case = run_case("false accusations", "shares", small, say=lambda line: None)
+    first, second = case.rounds
+    assert first["acted"] and first["ok"] and first["exact"] and CULPRIT in first["offenders"]
+    assert any(f"silo {CULPRIT} lied" in v for v in first["verdicts"])
+    assert second["ok"] and second["exact"] and CULPRIT in second["excluded"]
+    assert not second["acted"]  # left out: no recovery request reaches it
+    row = summary(case)
+    assert row["named_rounds"] == row["acted_rounds"] == 1 and row["rounds_to_leave_out"] == 1

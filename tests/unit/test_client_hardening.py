@@ -130,7 +130,7 @@ def test_an_authenticated_share_outside_the_field_names_its_sender() -> None:
     import numpy as np
 
     from coded_fl.crypto import seal
-    from coded_fl.secagg.client import SHARE_PURPOSE
+    from coded_fl.secagg.evidence import SEALED, SHARE_PURPOSE, Entry
 
     h, trains = keyed()
     for q in trains:
@@ -143,8 +143,11 @@ def test_an_authenticated_share_outside_the_field_names_its_sender() -> None:
     j, liar = req.recipient, req.survivors[1]
     m = CFG.sharing.piece_length
     raw = np.full(m, CFG.p, dtype="<u4").tobytes()  # authenticated, but not field elements
+    sender = h.clients[liar]
+    context = h.server._round.uploads[liar].context  # type: ignore[union-attr]
+    ephemeral, secret = sender._sender_secret(CFG, j, 1, context, SEALED, sender.roster, b"")
     box = seal(
-        h.clients[liar]._key_for(j),
+        secret[:32],
         raw,
         run_id=CFG.run_bytes,
         round_=1,
@@ -152,7 +155,10 @@ def test_an_authenticated_share_outside_the_field_names_its_sender() -> None:
         recipient=j,
         purpose=SHARE_PURPOSE,
     )
-    shares = tuple(box if i == liar else s for i, s in zip(req.survivors, req.shares, strict=True))
+    entry = Entry(ephemeral, box).to_bytes()
+    shares = tuple(
+        entry if i == liar else s for i, s in zip(req.survivors, req.shares, strict=True)
+    )
     with pytest.raises(RemoteProtocolError) as err:
         h.clients[j].receive(dataclasses.replace(req, shares=shares))
     assert err.value.sender == liar

@@ -212,8 +212,8 @@ def test_the_inputs_digest_is_blake3_of_the_arrays_the_spec_and_the_config(
     import blake3
     from flwr.app import ConfigRecord, Message, RecordDict
 
-    from clients.mod import MODEL_DIGEST_CONTEXT, _model_digest
-    from coded_fl.vocabulary import TRAIN_KEY, TrainSpec
+    from clients.mod import _model_digest
+    from coded_fl.vocabulary import MODEL_DIGEST_CONTEXT, TRAIN_KEY, TrainSpec
 
     spec = TrainSpec().to_dict()
     user = {"lr": 0.1, "epochs": 2, "name": "cnn"}

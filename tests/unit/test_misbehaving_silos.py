@@ -49,20 +49,23 @@ def _harness(extra: int) -> Harness:
 
 
 def test_a_silo_with_garbage_shares_is_dropped_and_the_round_completes_without_it() -> None:
-    # S = {0, 1, 2, 3}; silo 0's shares open nowhere: silos 1, 2, 3 accuse it (>= T + 1 = 2),
-    # the server asks them again over S' = {1, 2, 3} and the round is exact without silo 0
+    # S = {0, 1, 2, 3}; silo 0's shares open nowhere: silos 1, 2, 3 accuse it, the evidence
+    # convicts it (it cannot reveal the keys of the entries it sent: their ephemeral keys are
+    # garbled), the server asks them again over S' = {1, 2, 3} and the round is exact without
+    # silo 0
     h = _harness(extra=1)
     out = h.run_round(1, behaviour={0: Silo(forge=garble), 4: Silo(delay=5.0)})
     res = out.result
     assert isinstance(res, RoundResult), res
     assert res.survivors == (1, 2, 3) and res.excluded == (0,)
     assert torch.equal(res.aggregate, h.config.field.element(h.expected_total(1)))
-    # the next round leaves silo 0 out of S (its upload is refused), then it is back
+    assert 0 in res.offenders and {v.liar for v in res.verdicts} == {0}
+    # a liar proven by evidence is an offender: left out of the session's later rounds
     out2 = h.run_round(2, behaviour={0: Silo(forge=garble)})
     assert isinstance(out2.result, RoundResult) and 0 not in out2.result.survivors
-    assert any(s == 0 and "left out of round 2" in why for s, why in out2.refused)
+    assert any(s == 0 and "named an offender" in why for s, why in out2.refused)
     out3 = h.run_round(3)
-    assert isinstance(out3.result, RoundResult) and 0 in out3.result.survivors
+    assert isinstance(out3.result, RoundResult) and 0 not in out3.result.survivors
 
 
 def test_too_few_silos_without_the_accused_one_abort_naming_it_and_skip_it_next_round() -> None:
@@ -78,9 +81,21 @@ def test_too_few_silos_without_the_accused_one_abort_naming_it_and_skip_it_next_
     assert torch.equal(out2.result.aggregate, h.config.field.element(h.expected_total(2)))
 
 
-def test_one_accuser_cannot_exclude_a_silo() -> None:
-    # silo 0's share for silo 1 only is garbage: one accusation (T = 1 tolerates one liar), so
-    # silo 0 stays in S; the round aborts for want of replies and nobody is left out next round
+def test_one_false_accuser_cannot_exclude_a_silo_and_is_named() -> None:
+    # silo 1 falsely accuses silo 0: silo 0 reveals the share's key, the share confirms, and
+    # silo 1 is named; the round aborts for want of replies (U = 3 of S = {0, 1, 2}), and the
+    # next round leaves the liar out, not silo 0
+    h = _harness(extra=0)
+    out = h.run_round(1, behaviour={1: Silo(accuse=0), 3: Silo(delay=5), 4: Silo(delay=5)})
+    assert isinstance(out.result, RoundAborted) and out.result.suspects == (1,)
+    assert [(v.accuser, v.accused, v.liar) for v in out.result.verdicts] == [(1, 0, 1)]
+    out2 = h.run_round(2, behaviour={3: Silo(delay=5), 4: Silo(delay=5)})
+    assert isinstance(out2.result, RoundResult) and out2.result.survivors == (0, 2, 3)
+
+
+def test_one_accuser_with_evidence_convicts_a_silo_that_sent_a_bad_share() -> None:
+    # silo 0's share for silo 1 only is garbage: one accusation, but the evidence convicts
+    # (before it, one accuser could not: T = 1 tolerates one liar, and nobody could tell which)
     h = _harness(extra=0)
 
     def one(upload: Upload) -> Upload:
@@ -89,10 +104,9 @@ def test_one_accuser_cannot_exclude_a_silo() -> None:
         return dataclasses.replace(upload, shares=shares, tags=tags)
 
     out = h.run_round(1, behaviour={0: Silo(forge=one), 3: Silo(delay=5), 4: Silo(delay=5)})
-    assert isinstance(out.result, RoundAborted) and out.result.suspects == ()
-    assert h.server.convicted == ()
+    assert isinstance(out.result, RoundAborted) and out.result.suspects == (0,)
     out2 = h.run_round(2, behaviour={3: Silo(delay=5), 4: Silo(delay=5)})
-    assert isinstance(out2.result, RoundResult) and out2.result.survivors == (0, 1, 2)
+    assert isinstance(out2.result, RoundResult) and out2.result.survivors == (1, 2, 3)
 
 
 # ---------------------------------------------------------------------- (c) size limits

@@ -1,4 +1,5 @@
-"""Seed-derived mask shares: the pitfalls of deriving U of a silo's n shares from pairwise keys.
+"""Seed-derived mask shares: the pitfalls of deriving U of a silo's n shares from key agreement
+(one ephemeral key per share since wire version 7: :mod:`coded_fl.secagg.evidence`).
 
 Direction in the key, no mask used twice, key confirmation naming the silo at fault, exact
 uniformity of derived shares (against an independent AES-CTR + rejection-sampling oracle), the
@@ -16,12 +17,23 @@ import pytest
 import torch
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
-from coded_fl.crypto import KeyPair
+from coded_fl.crypto import KeyPair, seal
 from coded_fl.errors import KeyConfirmationError, MaskReuseError, RemoteProtocolError
 from coded_fl.field import PrimeField
 from coded_fl.secagg import ClientMachine, ProtocolConfig, RecoveryRequest, RoundResult, Upload
 from coded_fl.secagg.client import refusal_for
-from coded_fl.secagg.derive import derivation_root, derive_share_key, share_context
+from coded_fl.secagg.derive import CONFIRM_BYTES, share_context
+from coded_fl.secagg.evidence import (
+    DERIVED,
+    SEALED,
+    Entry,
+    ephemeral_secret,
+    exchange,
+    open_share,
+    public_of,
+    share_purpose,
+    share_secret,
+)
 from coded_fl.secagg.messages import RefusalCode, TrainRequest
 from coded_fl.secagg.policy import ClientPolicy
 from coded_fl.secagg.sharing import MaskSharing
@@ -50,31 +62,61 @@ def uploads(h: Harness, trains: list[TrainRequest]) -> list[Upload]:
     return out
 
 
+def _secret(me: KeyPair, peer: KeyPair, sender: int, recipient: int, ctx: bytes):
+    e = ephemeral_secret(
+        me.private_bytes, run_id=b"r", round_=1, sender=sender, recipient=recipient, context=ctx
+    )
+    eph = public_of(e)
+    out = share_secret(
+        exchange(e, peer.public_bytes),
+        run_id=b"r",
+        round_=1,
+        sender=sender,
+        recipient=recipient,
+        ephemeral=eph,
+        recipient_key=peer.public_bytes,
+        context=ctx,
+        kind=DERIVED,
+    )
+    return eph, out
+
+
 def test_the_direction_is_in_the_key() -> None:
     a, b = KeyPair.generate(), KeyPair.generate()
-    root = derivation_root(a, b.public_bytes, run_id=b"r", me=0, peer=1)
-    assert root == derivation_root(b, a.public_bytes, run_id=b"r", me=1, peer=0)
     ctx = share_context(b"q", b"", nonce=bytes(16))
-    ab = derive_share_key(root, run_id=b"r", round_=1, sender=0, recipient=1, context=ctx)
-    ba = derive_share_key(root, run_id=b"r", round_=1, sender=1, recipient=0, context=ctx)
-    assert ab[0] != ba[0] and ab[1] != ba[1]
+    (ea, ab), (eb, ba) = _secret(a, b, 0, 1, ctx), _secret(b, a, 1, 0, ctx)
+    assert ea != eb and ab[:32] != ba[:32] and ab[32:] != ba[32:]
+    # the recipient derives the same from the ephemeral public key and its own private key
+    assert ab == share_secret(
+        exchange(b.private_bytes, ea),
+        run_id=b"r",
+        round_=1,
+        sender=0,
+        recipient=1,
+        ephemeral=ea,
+        recipient_key=b.public_bytes,
+        context=ctx,
+        kind=DERIVED,
+    )
     # in a real round the share i -> j differs from j -> i (both derived: 0 and 2 are in each
     # other's derived set with n = 5, U = 4)
     h, trains = keyed()
     ups = {u.sender: u for u in uploads(h, trains)}
     assert dict(ups[0].tags)[2] != dict(ups[2].tags)[0]
-    c = h.clients[0]
-    share12, _ = c._derived_share(0, 2, 1, ups[0].context, c.roster)
-    share21, _ = c._derived_share(2, 0, 1, ups[0].context, c.roster)
-    assert not torch.equal(share12, share21)
+    share02 = h.clients[2]._rederive(CFG, 1, 0, 2, ups[0].context + dict(ups[0].tags)[2], b"", b"")
+    share20 = h.clients[0]._rederive(CFG, 1, 2, 0, ups[2].context + dict(ups[2].tags)[0], b"", b"")
+    assert not torch.equal(share02, share20)
 
 
-def test_the_derivation_root_is_never_the_sealing_key() -> None:
+def test_every_share_has_its_own_ephemeral_key() -> None:
+    # one ephemeral key per share and upload: none repeats within an upload or across silos,
+    # and none is a silo's key-agreement key (so revealing one reveals that share only)
     h, trains = keyed()
-    c = h.clients[0]
-    c.receive(trains[0])
-    assert c._root_for(1) != c._key_for(1)
-    assert c._root_for(0) != c._key_for(0)
+    ups = uploads(h, trains)
+    entries = [e for u in ups for _, e in (*u.tags, *u.shares)]
+    ephemerals = [e[:32] for e in entries]
+    assert len(set(ephemerals)) == len(ephemerals)
+    assert not set(ephemerals) & {k for _, k in trains[0].roster}
 
 
 def test_a_second_upload_for_a_round_is_refused_and_copies_never_share_a_mask() -> None:
@@ -200,16 +242,10 @@ def test_derived_shares_are_exactly_rejection_sampled() -> None:
     ups = uploads(h, trains)
     c = h.clients[1]
     for i in (0, 1):
-        share, tag = c._derived_share(i, 1, 1, ups[i].context, c.roster)
-        assert tag == dict(ups[i].tags)[1]
-        seed, _ = derive_share_key(
-            c._root_for(i),
-            run_id=cfg.run_bytes,
-            round_=1,
-            sender=i,
-            recipient=1,
-            context=ups[i].context,
-        )
+        raw = dict(ups[i].tags)[1]
+        share = c._rederive(cfg, 1, i, 1, ups[i].context + raw, b"", b"")
+        entry = Entry.parse(raw, payload_bytes=CONFIRM_BYTES, blame=-1)
+        seed = c._recipient_secret(cfg, i, 1, entry, ups[i].context, DERIVED, b"")[:32]
         assert share.tolist() == _oracle_elements(seed, cfg.sharing.piece_length, 17)
     counts = np.bincount(share.numpy().astype(np.int64), minlength=17)
     assert counts.size == 17 and counts.min() > 0  # all of GF(17), nothing above
@@ -303,11 +339,14 @@ def test_summing_the_uploads_ahead_gives_the_finish_it_would_make_alone() -> Non
 
 # ------------------------------------------------- issue 29: the inputs digest binds the shares
 def _round_with_inputs(
-    cfg: ProtocolConfig, digests: dict[int, bytes]
+    cfg: ProtocolConfig, digests: dict[int, bytes], *, sent: bytes | dict[int, bytes] = b""
 ) -> tuple[Harness, list[RecoveryRequest]]:
     """Round 1 (a shared-mask round, the key-dealing round of masking='aligned' too) where
-    silo i trained on inputs whose digest is ``digests[i]``; every silo uploads."""
-    h, trains = keyed(cfg)
+    silo i trained on inputs whose digest is ``digests[i]``; every silo uploads. ``sent``: the
+    digest(s) the server's books say it sent (what it judges a dispute under)."""
+    h = Harness(cfg, seed=3)
+    h.setup()
+    trains = h.server.start_round(1, inputs=sent)
     for q in trains:
         c = h.clients[q.recipient]
         task = c.receive(q)
@@ -360,13 +399,98 @@ def test_a_silo_sent_other_inputs_is_accused_by_every_other_survivor(cfg: Protoc
         assert kinds == {RemoteProtocolError, KeyConfirmationError}
 
 
-def test_the_inputs_digest_keys_the_derived_share() -> None:
+def test_the_inputs_digest_keys_every_share_and_is_in_the_sealed_box() -> None:
+    # one ephemeral key, the same DH secret: the digest alone changes the key material of a
+    # derived and of a sealed share, and a sealed box names it in its associated data
     a, b = KeyPair.generate(), KeyPair.generate()
-    root = derivation_root(a, b.public_bytes, run_id=b"r", me=0, peer=1)
     ctx = share_context(b"q", b"", nonce=bytes(16))
-    kw = dict(run_id=b"r", round_=1, sender=0, recipient=1, context=ctx)
-    seeds = {derive_share_key(root, **kw, inputs=d) for d in (b"", b"\x01" * 32, b"\x02" * 32)}
-    assert len(seeds) == 3  # seeds and tags all differ
+    e = ephemeral_secret(a.private_bytes, run_id=b"r", round_=1, sender=0, recipient=1, context=ctx)
+    dh = exchange(e, b.public_bytes)
+    kw = dict(
+        run_id=b"r",
+        round_=1,
+        sender=0,
+        recipient=1,
+        ephemeral=public_of(e),
+        recipient_key=b.public_bytes,
+    )
+    digests = (b"", b"\x01" * 32, b"\x02" * 32)
+    keys = {
+        share_secret(dh, **kw, context=c, kind=k, inputs=d)  # type: ignore[arg-type]
+        for k, c in ((DERIVED, ctx), (SEALED, b""))
+        for d in digests
+    }
+    assert len(keys) == 6
+    key = share_secret(dh, **kw, context=b"", kind=SEALED, inputs=digests[1])  # type: ignore[arg-type]
+    field = PrimeField(CFG.p)
+    box = seal(
+        key[:32],
+        np.arange(4, dtype="<u4").tobytes(),
+        run_id=b"r",
+        round_=1,
+        sender=0,
+        recipient=1,
+        purpose=share_purpose(digests[1]),
+    )
+    entry = Entry(public_of(e), box)
+    where = dict(
+        kind=SEALED, field=field, piece_length=4, run_id=b"r", round_=1, sender=0, recipient=1
+    )
+    share = open_share(key, entry, inputs=digests[1], **where)  # type: ignore[arg-type]
+    assert share is not None and share.tolist() == [0, 1, 2, 3]
+    with pytest.raises(RemoteProtocolError):  # the right key, another digest in the AD
+        open_share(key, entry, inputs=digests[2], **where)  # type: ignore[arg-type]
+
+
+def _dispute_round(
+    cfg: ProtocolConfig, sent: bytes | dict[int, bytes]
+) -> tuple[Harness, list[RecoveryRequest], dict[tuple[int, int], int]]:
+    """Silo 1 trained on other inputs than the others; every survivor refuses (ACCUSES), the
+    server asks each accused silo to reveal and judges under the digests ``sent``. Returns
+    the harness, the requests and (accused, accuser) -> liar."""
+    digests = {i: b"\x5a" * 32 for i in range(cfg.n)}
+    digests[1] = b"\xa5" * 32
+    h, requests = _round_with_inputs(cfg, digests, sent=sent)
+    for req in requests:
+        with pytest.raises(RemoteProtocolError) as err:
+            h.clients[req.recipient].receive(req)
+        refusal = refusal_for(err.value, req)
+        assert refusal is not None and refusal.code == RefusalCode.ACCUSES
+        h.server.receive(refusal)
+    for ask in h.server.reveal_requests():
+        h.server.receive(h.clients[ask.recipient].receive(ask))  # every accused reveals
+    assert h.server.disputes_settled
+    verdicts = h.server.close_disputes()
+    return h, requests, {(v.accused, v.accuser): v.liar for v in verdicts}
+
+
+@pytest.mark.parametrize("cfg", [CFG, ALIGNED], ids=["shares", "aligned-dealing"])
+def test_a_dispute_is_judged_under_the_digest_the_server_sent_the_accused(
+    cfg: ProtocolConfig,
+) -> None:
+    # The server's books say it sent every silo the same inputs (the inputs were changed on
+    # the way to silo 1, or silo 1 lies about them): silo 1's revealed keys do not open its
+    # shares under that digest, silo 0's do. The evidence names silo 1 in every verdict, and
+    # it alone is dropped from S.
+    h, _, liars = _dispute_round(cfg, b"\x5a" * 32)
+    accusers = [j for j in range(cfg.n) if j != 1]
+    assert liars == {**{(1, j): 1 for j in accusers}, (0, 1): 1}
+    assert h.server.convicted == (1,)
+
+
+@pytest.mark.parametrize("cfg", [CFG, ALIGNED], ids=["shares", "aligned-dealing"])
+def test_a_server_that_sent_other_inputs_can_only_name_silos_wrongly(cfg: ProtocolConfig) -> None:
+    # A server that knowingly sent silo 1 other inputs judges under what it sent each silo:
+    # silo 1's shares open under its own digest, so silo 1's accusers are named liars, and so
+    # is silo 1 (silo 0's share opens under silo 0's digest). Every verdict is a function of
+    # what the server chose to send; no survivor answered a recovery over a set holding both
+    # digests, so nothing was unmasked (the round can at most fail, or decode without them).
+    h, requests, liars = _dispute_round(
+        cfg, {**dict.fromkeys(range(cfg.n), b"\x5a" * 32), 1: b"\xa5" * 32}
+    )
+    accusers = [j for j in range(cfg.n) if j != 1]
+    assert liars == {**{(1, j): j for j in accusers}, (0, 1): 1}
+    assert len(h.server._current().replies) == 0 and len(requests) == cfg.n
 
 
 def test_a_recovery_for_a_round_the_silo_has_no_inputs_of_asks_for_a_rekey() -> None:

@@ -223,7 +223,8 @@ def test_limits_follow_the_configuration():
     assert (lim.silos, lim.vector_length, lim.piece_length) == (5, 12, m)
     # the repetition code (groups {0, 1, 2} and {3, 4}): row 0 and up to n - g = 3 comparisons
     assert lim.min_survivors == 4 and lim.max_rows == 4 and lim.comparisons == 3
-    assert lim.sealed_share_bytes == 4 * m + 28 and lim.public_key_bytes == 32
+    # an unsigned sealed entry: the ephemeral key (32), the box (4 m + 12 nonce + 16 tag)
+    assert lim.sealed_share_bytes == 32 + 4 * m + 28 and lim.public_key_bytes == 32
     msgs = _round_messages()
     for msg in msgs.values():  # what the protocol sends passes its own limits
         same(decode(encode(msg), limits=lim), msg)

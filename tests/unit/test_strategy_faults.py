@@ -284,17 +284,20 @@ def test_restart_seen_by_activation_time_is_rekeyed_without_a_failed_round() -> 
 
 @pytest.mark.parametrize("extra", [0, 1])
 def test_tampered_share_is_refused_and_its_sender_named(extra: int) -> None:
-    # silo 0 alters the share it seals for silo 1; silo 1 refuses it and names silo 0
+    # silo 0 alters the share it seals for silo 1; silo 1 refuses it and names silo 0; the
+    # server asks silo 0 to reveal the share's key (one more round trip), the share does not
+    # open, and silo 0 is named and left out of the later rounds
     grid = FakeGrid(4, tamper={"site": 0, "target": 1})
     s = _strategy(4, extra=extra)
     _start(s, grid, 2)
     for rep in s.reports:
-        assert rep.round_trips == 2
+        assert rep.round_trips == (3 if rep.accused else 2)
         if 0 in rep.errors or 1 not in rep.errors:
             continue
         assert rep.errors[1].startswith("silo 0:")  # silo 1 refused the share silo 0 sealed
         assert "silo 0" in rep.accused[0] and "silo 1" in rep.accused[0]
-        assert "accused" in rep.line()
+        assert "accused" in rep.line() and "silo 0 lied" in rep.accused[0]
+        assert 0 in rep.offenders
     assert any(0 in rep.accused for rep in s.reports)
     # the unauthenticated share never reaches a sum: a round either aborted or was decoded
     # without silo 1's recovery reply
@@ -304,20 +307,21 @@ def test_tampered_share_is_refused_and_its_sender_named(extra: int) -> None:
 
 
 def test_a_silo_whose_shares_fail_everywhere_is_dropped_and_rounds_complete() -> None:
-    # silo 0 garbles every share it seals: silos 1, 2, 3 accuse it (>= T + 1 = 2 distinct), the
-    # server drops it from S and asks the three again within the round (one more round trip);
-    # round 2 leaves it out, round 3 takes it back (and drops it again). Before: every round
-    # aborted, because silo 0 stayed in S and no survivor could answer
+    # silo 0 garbles every share it seals: silos 1, 2, 3 accuse it, the evidence convicts it
+    # (one round trip for the reveals), the server drops it from S and asks the three again
+    # within the round (one more); it is an offender from then on: rounds 2 and 3 leave it
+    # out. Before: every round aborted, because silo 0 stayed in S and no survivor could
+    # answer
     grid = FakeGrid(4, tamper={"site": 0, "target": -1})
     s = _strategy(4, extra=1)
     s.extra_wait = 5.0  # S = all four silos (the fourth upload completes the collection)
     _start(s, grid, 3)
     assert [r.ok for r in s.reports] == [True, True, True], [r.reason for r in s.reports]
-    assert [r.round_trips for r in s.reports] == [3, 2, 3]
+    assert [r.round_trips for r in s.reports] == [4, 2, 2]
     assert s.reports[0].suspects == (0,) and s.reports[0].replies_used == 3
-    assert set(s.reports[0].accused) == {0}
-    assert "left out of round 2" in s.reports[1].errors[0]
-    assert s.reports[2].suspects == (0,)
+    assert set(s.reports[0].accused) == {0} and 0 in s.reports[0].offenders
+    assert "named an offender" in s.reports[1].errors[0]
+    assert "named an offender" in s.reports[2].errors[0]
 
 
 def test_a_second_start_is_a_run_of_its_own() -> None:
