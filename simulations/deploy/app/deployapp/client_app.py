@@ -22,7 +22,7 @@ from flwr.clientapp import ClientApp
 from clients import coded_secagg_mod
 from coded_fl.secagg.messages import Upload
 from coded_fl.vocabulary import MSG_KEY
-from simulations.deploy.tamper import forge_shares
+from simulations.deploy.tamper import forge_shares, signed_forgeries
 from strategies.records import message_from, message_record
 
 EXAMPLES = 100  # num-examples every partition reports
@@ -77,20 +77,27 @@ def _fit(msg: Message, context: Context) -> Message:
 
 
 def tamper_mod(msg: Message, context: Context, call_next):  # type: ignore[no-untyped-def]
-    """Fault injection: on site ``tamper-site`` flip one byte of the sealed shares it uploads
-    (addressed to silo ``tamper-target``, or to every silo if -1). Its own TLS connection is
-    intact: the alteration is what a silo (or anything on the relay path) could do."""
-    reply = call_next(msg, context)
+    """Fault injection on site ``tamper-site``: one byte of the shares it uploads (addressed to
+    silo ``tamper-target``, or to every silo if -1) is altered. ``tamper-mode = "signed"``
+    (default): the silo alters them before it signs its entries, as a lying silo would; its
+    recipients accuse it and the server's judgement names it. ``"relay"``: altered after
+    signing, as on the relay path; the server refuses the upload, the signature does not
+    verify. Its own TLS connection is intact either way."""
     rc = context.run_config
     culprit = int(rc.get("tamper-site", -1))
     if culprit < 0 or int(context.node_config.get("site", -1)) != culprit:
-        return reply
+        return call_next(msg, context)
+    target = int(rc.get("tamper-target", -1))
+    if str(rc.get("tamper-mode", "signed")) == "signed":
+        with signed_forgeries(target=target):
+            return call_next(msg, context)
+    reply = call_next(msg, context)
     if reply.has_error() or MSG_KEY not in reply.content:
         return reply
     up = message_from(reply.content)
     if not isinstance(up, Upload):
         return reply
-    forged = forge_shares(up, target=int(rc.get("tamper-target", -1)))
+    forged = forge_shares(up, target=target)
     reply.content[MSG_KEY] = message_record(forged)
     return reply
 

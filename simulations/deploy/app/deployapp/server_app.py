@@ -167,6 +167,8 @@ def _coded_row(rep: RoundReport, names: dict[int, str], node_of: dict[int, int])
         "accused": {str(k): v for k, v in rep.accused.items()},
         "accused_sites": [site(s) for s in rep.accused],
         "suspects": list(rep.suspects),
+        "offender_sites": [site(s) for s in rep.offenders],
+        "excluded_sites": [site(s) for s in rep.excluded],
         "round_trips": rep.round_trips,
         "rekeyed": list(rep.rekeyed),
         "rekeyed_sites": [site(s) for s in rep.rekeyed],
