@@ -13,6 +13,7 @@ The exact distributions behind the "function of the sum" claims are enumerated e
 from __future__ import annotations
 
 import dataclasses
+import itertools
 
 import numpy as np
 import pytest
@@ -433,3 +434,45 @@ def test_late_uploads_under_aligned_masks_show_only_the_replica_difference() -> 
     shown = set(np.flatnonzero((r[0] * view[0] - r[1] * view[1]) % p).tolist())
     assert shown and shown <= set(off)  # the drift shows, and only where the replicas differ
     assert not np.any((r[2] * view[2] - r[3] * view[3]) % p)
+
+
+# ----------------------------------------------------------------------------- attack 5
+def test_adaptive_clip_reruns_show_the_server_only_the_stated_clipped_residual(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The leak docs/protocol.md states rather than removes (issue 29, item 4): a round that
+    # clips is rerun with the range 4x wider, so the server holds two sums of one model and
+    # round, clipped at g c and at 4 g c. Re-enacted with every decode the real server makes:
+    # partition k moves every entry by rho 2 (k + 1) (rho = 1000/1024), clip range 1. The
+    # server sees three attempts of round 1 (g = 1, 4, 16); the difference of two consecutive
+    # ones is exactly sum_k [clip_{4gc}(u_k) - clip_{gc}(u_k)] (a statistic of the aggregate,
+    # at most 3 g c per clipping partition and coordinate, zero where no partition clipped),
+    # and the reruns stop at max_clip_range: at most log_4(max_clip_range / c) of them.
+    from coded_fl.layout import UpdateLayout
+    from tests.unit.test_strategy_faults import FakeGrid, _start
+
+    seen: list[tuple[float, np.ndarray, int]] = []
+    unpack = UpdateLayout.unpack
+
+    def spy(layout, total, **kw):  # type: ignore[no-untyped-def]
+        out = unpack(layout, total, **kw)
+        summed = out.mean_delta.double().numpy()[:D] * out.total_rho
+        seen.append((float(kw["delta_scale"]), summed, int(out.clipped_partitions or 0)))
+        return out
+
+    monkeypatch.setattr(UpdateLayout, "unpack", spy)
+    grid = FakeGrid(N, node_config={"test-examples": 1000, "test-step": 2.0})
+    s = flower_strategy(N, clip_quorum=1, max_clip_range=64.0)
+    _start(s, grid, 2)
+    assert [r.ok for r in s.reports] == [True, True], [r.reason for r in s.reports]
+    c, rho = 1.0, 1000 / 1024
+    u = np.array([rho * 2 * (k + 1) for k in range(N)])  # one partition per silo (K = n)
+    assert [g for g, _, _ in seen] == [1.0, 4.0, 16.0, 16.0]  # round 1: 3 attempts; round 2
+    assert len(seen) - 2 <= np.log(64.0 / c) / np.log(4)  # reruns <= log_4(max / c)
+    for (g, lo, clipped), (g4, hi, _) in itertools.pairwise(seen[:3]):
+        assert g4 == 4 * g
+        residual = np.clip(u, -4 * g * c, 4 * g * c) - np.clip(u, -g * c, g * c)
+        step = 4 * g * c / 2.0**10  # a loose bound on the quantization error of two sums
+        np.testing.assert_allclose(hi - lo, residual.sum(), atol=N * step)
+        assert clipped == int((np.abs(u) > g * c).sum())  # the counts the server sees anyway
+        assert np.all(np.abs(hi - lo) <= 3 * g * c * clipped + N * step)
