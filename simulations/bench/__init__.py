@@ -19,3 +19,15 @@ BENCHMARKS = {
     "shuffling": "simulations.bench.shuffling",
     "stragglers": "simulations.bench.stragglers",
 }
+
+#: Wall seconds of each benchmark's ``--quick`` run, measured in CI on 2 cores (2026-11-26):
+#: ``all --jobs N`` starts the longest first, so the last to finish is a short one.
+QUICK_SECONDS = {
+    "rounds": 82,
+    "deploy": 80,
+    "placement": 75,
+    "hetero": 58,
+    "accuracy": 53,
+    "stragglers": 43,
+    "legacy": 38,
+}

@@ -5,11 +5,45 @@ from __future__ import annotations
 import argparse
 import importlib
 import inspect
+import os
+import subprocess
 import sys
+import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
-from simulations.bench import BENCHMARKS
+from simulations.bench import BENCHMARKS, QUICK_SECONDS
 from simulations.bench.common import Report
+
+
+def _in_children(names: list[str], args: argparse.Namespace) -> list[str]:
+    """Each benchmark in a child process, ``args.jobs`` at a time, the longest first; a child's
+    output is printed whole when it ends (no interleaving). Returns the names that failed."""
+    order = sorted(names, key=lambda n: -QUICK_SECONDS.get(n, 0))
+    failed: list[str] = []
+
+    def one(name: str, logs: Path) -> None:
+        cmd = [sys.executable, "-m", "simulations.bench", name]
+        cmd += ["--quick"] if args.quick else []
+        cmd += ["--out", f"{args.out}/{name}.json"] if args.out else []
+        cmd += ["--parts", args.parts] if args.parts is not None else []
+        t0 = time.perf_counter()
+        log = logs / f"{name}.log"
+        with log.open("w") as fh:
+            rc = subprocess.call(cmd, stdout=fh, stderr=subprocess.STDOUT, env=os.environ.copy())
+        text = log.read_text(errors="replace")
+        status = "done" if rc == 0 else f"FAILED (exit status {rc})"
+        print(f"{text}[{name}] {status} in {time.perf_counter() - t0:.1f} s", flush=True)
+        if rc != 0:
+            failed.append(name)
+
+    with (
+        tempfile.TemporaryDirectory(prefix="cfl-bench-") as tmp,
+        ThreadPoolExecutor(args.jobs) as pool,
+    ):
+        list(pool.map(lambda n: one(n, Path(tmp)), order))
+    return failed
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -27,8 +61,23 @@ def main(argv: list[str] | None = None) -> int:
         help="comma-separated parts to run, for benchmarks that have parts (stragglers: "
         "costs,des,flower; default all)",
     )
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        help="for 'all': run this many benchmarks at once, each in its own process (CI: 2)",
+    )
     args = parser.parse_args(argv)
+    if args.jobs < 1:
+        parser.error(f"--jobs must be at least 1, got {args.jobs}")
     names = sorted(BENCHMARKS) if args.name == "all" else [args.name]
+    if len(names) > 1 and args.jobs > 1:
+        if args.out:
+            Path(args.out).mkdir(parents=True, exist_ok=True)
+        failed = _in_children(names, args)
+        if failed:
+            print(f"benchmarks that failed: {', '.join(sorted(failed))}", file=sys.stderr)
+        return 1 if failed else 0
     failed = []
     for name in names:
         t0 = time.perf_counter()
