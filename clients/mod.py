@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import json
 import logging
 import math
 import random
@@ -83,15 +84,18 @@ from coded_fl.secagg.policy import ClientPolicy
 from coded_fl.vocabulary import (
     FRAME_ARRAY,
     INFO_KEY,
+    METRIC_NAMES_ENTRY,
     MSG_KEY,
     PARTITION_ENTRY,
     SEED_ENTRY,
     STATE_KEY,
     TRAIN_KEY,
     TrainSpec,
+    auto_metric_names,
     frame_npy,
     inputs_digest,
     is_ours,
+    metric_slot_names,
     read_frame,
 )
 
@@ -146,7 +150,9 @@ def _limits(machine: ClientMachine, raw: bytes) -> Limits | None:
     return Limits.for_config(cfg)
 
 
-def _reply(msg: Message, proto: ProtocolMessage, info: dict[str, float] | None = None) -> Message:
+def _reply(
+    msg: Message, proto: ProtocolMessage, info: dict[str, float | str] | None = None
+) -> Message:
     n, data = frame_npy(encode_parts(proto))  # one copy of the upload, not np.save's three
     array = Array("uint8", (n,), "numpy.ndarray", data)
     content = RecordDict({MSG_KEY: ArrayRecord({FRAME_ARRAY: array})})
@@ -240,7 +246,7 @@ def _handle(
         )
     machine = _load(context, policy)  # a restarted node has none: it refuses with NEEDS_KEYS
     proto = decode(raw, limits=_limits(machine, raw))
-    info: dict[str, float] = {}
+    info: dict[str, float | str] = {}
     spec = None
     try:
         spec = _train_spec(msg) if isinstance(proto, TrainRequest) else None
@@ -257,7 +263,7 @@ def _handle(
             machine.pin_weight_bound(spec.max_weight, auto=spec.auto_weight)
         t0 = time.perf_counter()
         try:
-            partials = _train_partitions(msg, context, call_next, out, machine, spec)
+            partials, names = _train_partitions(msg, context, call_next, out, machine, spec)
         except (WeightBoundError, ConfigurationError) as exc:  # a setting: typed refusals
             # the round is used up before the refusal leaves: asked again, the silo refuses it
             # as a replay, so the server cannot re-ask one round with other bounds (only the
@@ -267,6 +273,8 @@ def _handle(
                 return _reply(msg, weight_bound(proto, str(exc), exc.bound))
             return _reply(msg, misconfigured(proto, str(exc)))
         info["train-seconds"] = time.perf_counter() - t0
+        if names is not None:  # names only: the values travel in the masked upload
+            info[METRIC_NAMES_ENTRY] = json.dumps(list(names))
         digest = _model_digest(msg, spec)  # every round: it binds shared masks too
         reply: ProtocolMessage = machine.upload(out, partials, model_digest=digest)
     else:
@@ -333,7 +341,9 @@ def _train_partitions(
     task: TrainTask,
     machine: ClientMachine,
     spec: TrainSpec | None,
-) -> list[torch.Tensor]:
+) -> tuple[list[torch.Tensor], tuple[str, ...] | None]:
+    """Train every partition of the task; the packed partials, and with metric slots the
+    names of the metrics the train function returned (the same for every partition)."""
     cfg = machine.config
     if cfg is None:  # pragma: no cover - on_train_request checked it
         raise ConfigurationError("no protocol configuration")
@@ -349,7 +359,7 @@ def _train_partitions(
     theta = flatten(model, integers=ints)
     lay = UpdateLayout(
         model_size=theta.numel(),
-        metric_keys=spec.metric_keys,
+        metric_keys=spec.packed_metrics,
         scale=cfg.quantization.scale,
         integer_names=ints,
         integer_size=element_count(model, ints),
@@ -361,6 +371,7 @@ def _train_partitions(
     K = cfg.gradient_code.K
     original = msg.content
     partials = []
+    named: dict[int, tuple[str, ...]] = {}
     try:
         for k in task.partitions:
             seed = partition_seed(cfg.seed_id, task.round, k)
@@ -383,10 +394,20 @@ def _train_partitions(
                 run_config=context.run_config,
             )
             reply = call_next(msg, sub_ctx)
-            partials.append(_partial(reply, model, theta, spec, lay, cfg.clip_range, k))
+            partial, named[k] = _partial(reply, model, theta, spec, lay, cfg.clip_range, k)
+            partials.append(partial)
     finally:
         msg.content = original
-    return partials
+    if not spec.metric_slots:
+        return partials, None
+    lists = set(named.values())
+    if len(lists) > 1:  # each partition would put other metrics in the same slot
+        raise InputError(
+            "the train function returned different metrics for different partitions "
+            f"({dict(sorted(named.items()))}): return the same metric names every time, or "
+            "name the metrics to aggregate in CodedSecAgg(metric_keys=...)"
+        )
+    return partials, next(iter(lists), ())
 
 
 def _partial(
@@ -397,7 +418,8 @@ def _partial(
     lay: UpdateLayout,
     c: float,
     k: int,
-) -> torch.Tensor:
+) -> tuple[torch.Tensor, tuple[str, ...]]:
+    """Partition k's packed vector, and the names of its metrics (with metric slots)."""
     who = f"the train function (partition {k})"
     if reply.has_error():
         raise InputError(f"{who} failed: {reply.error.reason}")
@@ -440,9 +462,15 @@ def _partial(
             "max_weight in coded_fl_flower.CodedSecAgg (the silo's log says how far), or leave "
             "it unset (automatic)"
         )
-    values = {name: float(metrics.get(name, 0.0)) for name in spec.metric_keys}  # type: ignore[arg-type]
+    names: tuple[str, ...] = ()
+    if spec.metric_keys:
+        values = {name: float(metrics.get(name, 0.0)) for name in spec.metric_keys}  # type: ignore[arg-type]
+    else:  # the slots carry its numeric metrics, by name (the reply names them)
+        names = auto_metric_names(metrics, spec.weight_key)
+        slots = zip(metric_slot_names(spec.metric_slots), names, strict=False)
+        values = {slot: float(metrics[name]) for slot, name in slots}  # type: ignore[arg-type]
     try:
-        return lay.pack_arrays(
+        packed = lay.pack_arrays(
             arrays,
             theta,
             rho=rho,
@@ -453,3 +481,4 @@ def _partial(
         )
     except InputError as exc:
         raise InputError(f"{who}: {exc}") from None
+    return packed, names

@@ -53,6 +53,8 @@ __all__ = [
     "LEGACY_RES_WEIGHT",
     "LEGACY_WEIGHT_KEY",
     "MAX_DELTA_SCALE",
+    "MAX_METRIC_SLOTS",
+    "METRIC_NAMES_ENTRY",
     "MODEL_DIGEST_CONTEXT",
     "MSG_KEY",
     "NPY_HEADER_LIMIT",
@@ -69,10 +71,12 @@ __all__ = [
     "STORE_NODE_KEY",
     "TRAIN_KEY",
     "TrainSpec",
+    "auto_metric_names",
     "frame",
     "frame_npy",
     "inputs_digest",
     "is_ours",
+    "metric_slot_names",
     "read_frame",
     "read_npy_header",
     "unframe",
@@ -83,6 +87,11 @@ PREFIX = "codedfl."
 MSG_KEY = PREFIX + "msg"
 TRAIN_KEY = PREFIX + "train"
 INFO_KEY = PREFIX + "info"
+#: The entry of a silo's :data:`INFO_KEY` record that names, as a JSON list, the metrics it
+#: packed into the metric slots (a train spec with ``metric-slots``): names, never values.
+METRIC_NAMES_ENTRY = "metric-names"
+#: At most this many metric slots in a train spec (each costs one coordinate of the vector).
+MAX_METRIC_SLOTS = 64
 SHUFFLE_KEY = PREFIX + "shuffle.msg"
 
 PARTITION_ENTRY = PREFIX + "partition"
@@ -327,6 +336,11 @@ class TrainSpec:
         W, the largest sample weight a partition may report.
     metric_keys
         Train metrics aggregated securely (weighted by the sample weights).
+    metric_slots
+        With no ``metric_keys``: this many slots for the metrics the train function returns,
+        whatever their names (:func:`auto_metric_names`: its numeric metrics but the weight,
+        by name, the first ``metric_slots``); each silo packs them in that order and names
+        them in its reply's :data:`INFO_KEY` record (:data:`METRIC_NAMES_ENTRY`). 0: none.
     auto_weight
         W is the server's automatic bound (a power of two): a larger weight is answered with
         a ``WEIGHT_BOUND`` refusal asking for the bound it needs, not refused as a setting.
@@ -346,9 +360,16 @@ class TrainSpec:
     weight_key: str = "num-examples"
     max_weight: float = 1000.0
     metric_keys: tuple[str, ...] = ()
+    metric_slots: int = 0
     auto_weight: bool = False
     delta_scale: float = 1.0
     integer_arrays: tuple[str, ...] = ()
+
+    @property
+    def packed_metrics(self) -> tuple[str, ...]:
+        """The metric coordinates' names in the layout: ``metric_keys``, or one placeholder
+        per slot (:func:`metric_slot_names`)."""
+        return self.metric_keys or metric_slot_names(self.metric_slots)
 
     def to_dict(self) -> dict[str, str | float]:
         """The entries of the :data:`TRAIN_KEY` config record."""
@@ -358,6 +379,7 @@ class TrainSpec:
             "weight-key": self.weight_key,
             "max-weight": float(self.max_weight),
             "metric-keys": ",".join(self.metric_keys),
+            "metric-slots": int(self.metric_slots),
             "auto-weight": int(self.auto_weight),
             "delta-scale": float(self.delta_scale),
             "integer-arrays": json.dumps(list(self.integer_arrays)),
@@ -380,6 +402,7 @@ class TrainSpec:
                 weight_key=str(entries["weight-key"]),
                 max_weight=float(entries["max-weight"]),  # type: ignore[arg-type]
                 metric_keys=tuple(k for k in keys.split(",") if k),
+                metric_slots=_count(entries.get("metric-slots", 0)),
                 auto_weight=bool(int(entries.get("auto-weight", 0))),  # type: ignore[call-overload]
                 delta_scale=float(entries.get("delta-scale", 1.0)),  # type: ignore[arg-type]
                 integer_arrays=_names(entries.get("integer-arrays", "[]")),
@@ -398,6 +421,13 @@ class TrainSpec:
                 f"'{TRAIN_KEY}' record: an automatic max-weight must be a power of two, got "
                 f"{spec.max_weight}"
             )
+        if not 0 <= spec.metric_slots <= MAX_METRIC_SLOTS or (
+            spec.metric_slots and spec.metric_keys
+        ):
+            raise RemoteProtocolError(
+                f"'{TRAIN_KEY}' record: metric-slots must be in [0, {MAX_METRIC_SLOTS}] and 0 "
+                f"when metric-keys names the metrics, got {spec.metric_slots}"
+            )
         g = spec.delta_scale
         if not (math.isfinite(g) and 1 <= g <= MAX_DELTA_SCALE and math.frexp(g)[0] == 0.5):
             # a power of two: dividing by it is exact in float32, so replicas stay identical
@@ -406,6 +436,31 @@ class TrainSpec:
                 f"{MAX_DELTA_SCALE:g}], got {g}"
             )
         return spec
+
+
+def _count(raw: object) -> int:
+    """A whole number (the ``metric-slots`` entry); ValueError otherwise."""
+    if isinstance(raw, bool) or not isinstance(raw, int | float) or raw != int(raw):
+        raise ValueError(f"metric-slots must be a whole number, got {raw!r}")
+    return int(raw)
+
+
+def metric_slot_names(slots: int) -> tuple[str, ...]:
+    """Placeholder names of ``slots`` metric slots in the layout (``#0``, ``#1``, ...): the
+    silos name what each carries in their replies."""
+    return tuple(f"#{j}" for j in range(slots))
+
+
+def auto_metric_names(metrics: Mapping[str, object], weight_key: str) -> tuple[str, ...]:
+    """The metrics a silo packs into the slots: every number (int or float, not bool) of a
+    train function's metric record except the weight, sorted by name (lists are skipped)."""
+    return tuple(
+        sorted(
+            k
+            for k, v in metrics.items()
+            if k != weight_key and isinstance(v, int | float) and not isinstance(v, bool)
+        )
+    )
 
 
 def _names(raw: object) -> tuple[str, ...]:

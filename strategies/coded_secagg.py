@@ -52,6 +52,9 @@ LOG = logging.getLogger("flwr")
 
 #: The automatic weight bound's first value (a power of two; raised as silos ask).
 AUTO_WEIGHT_START = 1024.0
+#: Metric slots with ``metric_keys=None`` (one vector coordinate each): room for the metrics a
+#: train function usually returns (loss, accuracy, a few more).
+AUTO_METRIC_SLOTS = 8
 
 #: The gradient codes and maskings a run may ask for (ProtocolConfig decides which fit n, s).
 _CODES = ("auto", "plain", "polynomial", "repetition")
@@ -114,7 +117,13 @@ class CodedSecAgg(Strategy):
         the round is rerun at once with W raised, and W stays there (the server learns
         nothing else; the rerun costs one more local training in that round only).
     metric_keys
-        Train metrics to aggregate securely (weighted by the sample weights).
+        Train metrics to aggregate securely (weighted by the sample weights). Default (None):
+        every number the train function returns in its metric record (but the weight), as
+        plain FedAvg aggregates them, in up to :data:`AUTO_METRIC_SLOTS` slots (the first by
+        name; the round line says which were left out): each silo names the metrics it
+        packed in its reply (names, never values) and the server labels the decoded sums
+        with them where every silo of the sum named the same ones. A tuple of names: exactly
+        those (a missing one counts 0). ``()``: none.
     code
         ``"auto"``, ``"polynomial"`` or ``"repetition"``.
     masking
@@ -182,7 +191,7 @@ class CodedSecAgg(Strategy):
         max_clip_range: float | None = None,
         scale: float | None = None,
         max_weight: float | None = None,
-        metric_keys: Iterable[str] = (),
+        metric_keys: Iterable[str] | None = None,
         code: str = "auto",
         masking: str = "auto",
         extra_replies: int = 0,
@@ -301,7 +310,8 @@ class CodedSecAgg(Strategy):
             config_key=chain_attr(strategy, "configrecord_key", "config"),
             weight_key=chain_attr(strategy, "weighted_by_key", "num-examples"),
             max_weight=AUTO_WEIGHT_START if max_weight is None else float(max_weight),
-            metric_keys=tuple(metric_keys),
+            metric_keys=() if metric_keys is None else tuple(metric_keys),
+            metric_slots=AUTO_METRIC_SLOTS if metric_keys is None else 0,
             auto_weight=max_weight is None,
         )
         #: the state of the latest run (made fresh by every start())
@@ -585,7 +595,7 @@ class CodedSecAgg(Strategy):
         ints = integer_names(initial_arrays)
         lay = UpdateLayout(
             model_size=flatten(initial_arrays, integers=ints).numel(),
-            metric_keys=self.spec.metric_keys,
+            metric_keys=self.spec.packed_metrics,
             integer_names=ints,
             integer_size=element_count(initial_arrays, ints),
         )

@@ -30,7 +30,7 @@ import io
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
@@ -41,7 +41,13 @@ from coded_fl.errors import ConfigurationError, DecodingError, RunAbortedError
 from coded_fl.layout import flatten
 from coded_fl.secagg import RoundAborted, RoundResult
 from coded_fl.secagg.messages import RecoveryReply, Reveal, Upload
-from coded_fl.vocabulary import CLIP_WIDENING, MSG_KEY, TRAIN_KEY, inputs_digest
+from coded_fl.vocabulary import (
+    CLIP_WIDENING,
+    MSG_KEY,
+    TRAIN_KEY,
+    inputs_digest,
+    metric_slot_names,
+)
 
 from .exchange import Exchange
 from .membership import Membership
@@ -97,6 +103,7 @@ class RoundDriver:
             on_late=lambda late, reply: late_reply(state, late, reply),
         )
         self.membership = Membership(grid, state, self.exchange, key_timeout=settings.key_timeout)
+        self._said_dropped = False  # metrics beyond the slots: said once per run
 
     # ------------------------------------------------------------------ the run
     def run(
@@ -312,7 +319,7 @@ class RoundDriver:
             delta_scale=st.delta_scale,
             integer_arrays=st.layout.integer_names,
         )
-        st.weight_refused = {}
+        st.weight_refused, st.metric_names = {}, {}
         t0 = time.monotonic()
         report = RoundReport(round=r, ok=False, silos=st.config.n)
         inner_msgs = list(
@@ -529,9 +536,10 @@ class RoundDriver:
         )
         report.total_weight = decoded.total_rho * st.weight_bound
         self._warn_clipped(report, decoded.clipped_entries, K)
+        named = self._label_metrics(decoded.metrics, res.survivors)
         metrics: dict[str, int | float | list[int] | list[float]] = {
             spec.weight_key: report.total_weight,
-            **decoded.metrics,
+            **named,
         }
         reply = Message(
             RecordDict({spec.arrays_key: new, "metrics": MetricRecord(metrics)}),
@@ -545,10 +553,39 @@ class RoundDriver:
         report.ok = True
         report.arrays = keep_layout(agg_arrays, arrays)
         report.train_metrics = agg_metrics
-        report.metrics.update(decoded.metrics)
+        report.metrics.update(named)
         self._narrow_clip_range(report, decoded.wide_partitions)
         report.seconds = time.monotonic() - t0
         return report
+
+    def _label_metrics(self, sums: dict[str, float], survivors: Sequence[int]) -> dict[str, float]:
+        """The decoded metrics by name: ``metric_keys`` as they are; metric slots labelled
+        with the names the silos of the sum gave in their replies, where they all gave the
+        same (else none, with a warning: the slots then added different metrics)."""
+        spec = self.settings.spec
+        if spec.metric_keys or not spec.metric_slots:
+            return dict(sums)
+        lists = {self.state.metric_names.get(i) for i in survivors}
+        if len(lists) != 1 or None in lists:
+            LOG.warning(
+                "[coded-fl] train metrics left out this round: the silos named different "
+                "metrics (%s); return the same metrics from every silo's train function, or "
+                "name them in CodedSecAgg(metric_keys=...)",
+                {i: self.state.metric_names.get(i) for i in sorted(survivors)},
+            )
+            return {}
+        names = next(iter(lists)) or ()
+        slots = metric_slot_names(spec.metric_slots)
+        if len(names) > len(slots) and not self._said_dropped:
+            self._said_dropped = True
+            LOG.warning(
+                "[coded-fl] the train function returns %d metrics, %d slots: %s left out; "
+                "name the ones to aggregate in CodedSecAgg(metric_keys=...)",
+                len(names),
+                len(slots),
+                list(names[len(slots) :]),
+            )
+        return {name: sums[slot] for slot, name in zip(slots, names, strict=False) if slot in sums}
 
     def _warn_clipped(self, report: RoundReport, entries: int | None, K: int) -> None:
         """Say that an applied round was clipped: with ``adaptive_clip`` whenever a partition

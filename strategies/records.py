@@ -11,6 +11,7 @@ float64 weighted means, as Flower's FedAvg returns them.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -20,7 +21,14 @@ from flwr.app import Array, ArrayRecord, RecordDict
 from coded_fl.errors import ConfigurationError, RemoteProtocolError
 from coded_fl.layout import DecodedUpdate
 from coded_fl.secagg.messages import Limits, Message, decode, encode_parts, peek_type
-from coded_fl.vocabulary import FRAME_ARRAY, MSG_KEY, frame_npy, read_frame
+from coded_fl.vocabulary import (
+    FRAME_ARRAY,
+    INFO_KEY,
+    METRIC_NAMES_ENTRY,
+    MSG_KEY,
+    frame_npy,
+    read_frame,
+)
 
 __all__ = [
     "integer_arrays",
@@ -87,6 +95,31 @@ def message_from(
                 f"sent {kind.__name__}, expected {' or '.join(t.__name__ for t in expect)}"
             )
     return decode(raw, limits=limits)
+
+
+#: Bounds on a reply's metric names (they only label sums; anything beyond is not read).
+MAX_METRIC_NAMES, MAX_METRIC_NAME = 256, 256
+
+
+def metric_names(reply: object) -> tuple[str, ...] | None:
+    """The metric names a silo's reply gives for the metric slots (its :data:`INFO_KEY`
+    record's :data:`METRIC_NAMES_ENTRY`, a JSON list), or None where it gives none or
+    something else: a malformed entry only leaves that round's metrics unlabelled."""
+    try:
+        raw = reply.content[INFO_KEY][METRIC_NAMES_ENTRY]  # type: ignore[attr-defined]
+        if not isinstance(raw, str) or len(raw) > MAX_METRIC_NAMES * (MAX_METRIC_NAME + 4):
+            return None
+        names = json.loads(raw)
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return None
+    if not (
+        isinstance(names, list)
+        and len(names) <= MAX_METRIC_NAMES
+        and all(isinstance(n, str) and 0 < len(n) <= MAX_METRIC_NAME for n in names)
+        and len(set(names)) == len(names)
+    ):
+        return None
+    return tuple(names)
 
 
 def unflatten(

@@ -20,7 +20,7 @@ from coded_fl.secagg.server import ServerStage
 from coded_fl.vocabulary import MSG_KEY
 
 from .exchange import LateReply
-from .records import message_from, message_record
+from .records import message_from, message_record, metric_names
 from .run import RunState
 
 __all__ = ["feed", "flower_message", "late_reply"]
@@ -97,6 +97,8 @@ def feed(
             _refused(state, msg, errors, accused)
             return
         state.machine.receive(msg)
+        if isinstance(msg, Upload):  # the names of the metrics in its slots (names only)
+            state.metric_names[silo] = metric_names(reply)
     except CodedFLError as exc:
         errors[silo] = str(exc)
         LOG.warning("[coded-fl] refused a reply from silo %d: %s", silo, exc)
@@ -184,6 +186,8 @@ def late_reply(state: RunState, late: LateReply, reply: Message) -> None:
         if msg.sender == silo:
             with contextlib.suppress(CodedFLError):  # refused as late; its edge fields kept
                 state.machine.receive(msg)
+                # taken (it came before the stage's close was processed): it is in the sum
+                state.metric_names[silo] = metric_names(reply)
         return
     if (
         isinstance(msg, Refusal)

@@ -138,6 +138,7 @@ class RunState:
     misconfigured: dict[int, str] = field(default_factory=dict)
     weight_bound: float = 0.0
     weight_refused: dict[int, int] = field(default_factory=dict)
+    metric_names: dict[int, tuple[str, ...] | None] = field(default_factory=dict)
     fit_started: dict[int, float] = field(default_factory=dict)
     silent: frozenset[int] = frozenset()
     round_offset: int = 0
