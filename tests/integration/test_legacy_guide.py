@@ -93,10 +93,10 @@ def test_applying_the_guides_changes_only_those_lines(tmp_path: Path) -> None:
     shutil.copytree(QUICKSTART, quick, ignore=shutil.ignore_patterns("__pycache__"))
     apply_guide(quick)
     apply_guide(quick, _blocks(DP, "quickstart/"))
-    assert (
-        "mods=[coded_secagg_mod, fixedclipping_mod]"
-        in (quick / "quickstart/client_app.py").read_text()
-    )
+    quick_client = (quick / "quickstart/client_app.py").read_text()
+    # Message API: the clipping mod on the train function, so evaluate messages never meet it
+    assert "@app.train(mods=[fixedclipping_mod])" in quick_client
+    assert "app = ClientApp(mods=[coded_secagg_mod])" in quick_client
 
 
 def _run(dst: Path, tmp_path: Path, config: str) -> str:
@@ -213,3 +213,7 @@ def test_message_api_dp_guide_runs(tmp_path: Path) -> None:
     assert "[coded-fl] round 2: used" in out, out[-3000:]
     assert re.search(r"central DP noise with 0\.0250 stdev added", out), out[-3000:]
     assert "ABORTED" not in out
+    # federated evaluation still works: every node's evaluate reply came back (with the
+    # clipping mod on the whole ClientApp every one failed: 0 results and 4 failures)
+    evaluations = re.findall(r"aggregate_evaluate: Received (\d+) results and (\d+) failures", out)
+    assert evaluations and set(evaluations) == {("4", "0")}, evaluations
