@@ -35,4 +35,4 @@ def client_fn(context: Context):
 
 
 # Flower ClientApp
-app = ClientApp(client_fn=client_fn)
+app = ClientApp(client_fn)
