@@ -6,6 +6,7 @@ import argparse
 import importlib
 import inspect
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -15,6 +16,10 @@ from pathlib import Path
 
 from simulations.bench import BENCHMARKS, QUICK_SECONDS
 from simulations.bench.common import Report
+
+
+def _terminated(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
 
 
 def _in_children(names: list[str], args: argparse.Namespace) -> list[str]:
@@ -68,6 +73,9 @@ def main(argv: list[str] | None = None) -> int:
         help="for 'all': run this many benchmarks at once, each in its own process (CI: 2)",
     )
     args = parser.parse_args(argv)
+    # SIGTERM (a CI timeout, kill PID) unwinds like Ctrl-C, so a benchmark's finally blocks
+    # tear down what it started (deployment beds: SuperLink, SuperNodes, their ClientApps)
+    signal.signal(signal.SIGTERM, _terminated)
     if args.jobs < 1:
         parser.error(f"--jobs must be at least 1, got {args.jobs}")
     names = sorted(BENCHMARKS) if args.name == "all" else [args.name]
