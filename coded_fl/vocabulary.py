@@ -446,14 +446,38 @@ def _count(raw: object) -> int:
 
 
 def metric_slot_names(slots: int) -> tuple[str, ...]:
-    """Placeholder names of ``slots`` metric slots in the layout (``#0``, ``#1``, ...): the
-    silos name what each carries in their replies."""
+    """Placeholder names of metric slots in the layout: the silos name what each carries in
+    their replies.
+
+    Parameters
+    ----------
+    slots
+        How many slots (:attr:`TrainSpec.metric_slots`).
+
+    Returns
+    -------
+    tuple of str
+        ``("#0", "#1", ...)``, ``slots`` of them.
+    """
     return tuple(f"#{j}" for j in range(slots))
 
 
 def auto_metric_names(metrics: Mapping[str, object], weight_key: str) -> tuple[str, ...]:
-    """The metrics a silo packs into the slots: every number (int or float, not bool) of a
-    train function's metric record except the weight, sorted by name (lists are skipped)."""
+    """The metrics a silo packs into the metric slots, in slot order.
+
+    Parameters
+    ----------
+    metrics
+        A train function's metric record.
+    weight_key
+        The entry that holds the sample weight (not a metric).
+
+    Returns
+    -------
+    tuple of str
+        Every entry that is a number (int or float, not bool), but the weight, sorted by name
+        (lists are skipped).
+    """
     return tuple(
         sorted(
             k

@@ -32,7 +32,7 @@ def _coded(inner, **kw) -> CodedSecAgg:  # type: ignore[no-untyped-def]
         "clip_range": 4.0,
         "max_weight": 100.0,
         "round_timeout": 60.0,
-        "key_timeout": 90.0,
+        "key_timeout": 300.0,  # ends when every node answered: Ray actors start slowly under load
         "recovery_timeout": 60.0,
         "node_wait_timeout": 60.0,
         "metric_keys": ("train_loss",),
