@@ -73,9 +73,6 @@ def main(argv: list[str] | None = None) -> int:
         help="for 'all': run this many benchmarks at once, each in its own process (CI: 2)",
     )
     args = parser.parse_args(argv)
-    # SIGTERM (a CI timeout, kill PID) unwinds like Ctrl-C, so a benchmark's finally blocks
-    # tear down what it started (deployment beds: SuperLink, SuperNodes, their ClientApps)
-    signal.signal(signal.SIGTERM, _terminated)
     if args.jobs < 1:
         parser.error(f"--jobs must be at least 1, got {args.jobs}")
     names = sorted(BENCHMARKS) if args.name == "all" else [args.name]
@@ -111,4 +108,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    # SIGTERM (a CI timeout, kill PID) unwinds like Ctrl-C, so a benchmark's finally blocks
+    # tear down what it started (deployment beds: SuperLink, SuperNodes, their ClientApps)
+    signal.signal(signal.SIGTERM, _terminated)
     sys.exit(main())

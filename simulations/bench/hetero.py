@@ -92,6 +92,8 @@ DEPLOY_ROUNDS = 4
 DEPLOY_REPEATS = 1  # runs per configuration and setting (each run has its own training seeds)
 WIDE = 3
 STRAGGLER_DELAY = 20.0
+#: The configurations of the deployment part at full size: (stragglers, epochs, model width).
+DEPLOY_GRID = [(strag, ep, w) for strag in (False, True) for ep in (2, 5) for w in (1, WIDE)]
 
 
 def isa_pair() -> tuple[str, str]:
@@ -337,7 +339,7 @@ def _deployment(report: Report, *, quick: bool) -> None:
         round_timeout = 120.0
     else:
         n, s, rounds, repeats = 6, 2, DEPLOY_ROUNDS, DEPLOY_REPEATS
-        grid = [(strag, ep, w) for strag in (False, True) for ep in (2, 5) for w in (1, WIDE)]
+        grid = list(DEPLOY_GRID)
         round_timeout = 240.0
     report.config["deployment"] = {
         "app": "the main app (flwr run .: simulations/app), model-width 1 = Net, 3 = WideNet(3)",
