@@ -34,13 +34,17 @@ silos do not share this silo's state.
 
 from __future__ import annotations
 
+import fcntl
 import functools
 import hashlib
 import json
 import logging
 import math
+import os
 import random
+import tempfile
 import time
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -65,6 +69,7 @@ from coded_fl.errors import (
 from coded_fl.kernels import warm_up
 from coded_fl.layout import UpdateLayout, check_same_layout, element_count, flatten
 from coded_fl.secagg.client import (
+    MAX_UNVERIFIED_ROUNDS,
     ClientMachine,
     TrainTask,
     misconfigured,
@@ -138,6 +143,61 @@ def _load(context: Context, policy: ClientPolicy) -> ClientMachine:
 
 def _save(context: Context, machine: ClientMachine) -> None:
     context.state[STATE_KEY] = ConfigRecord({"state": machine.to_bytes()})
+
+
+#: Where each node keeps the record of its own uploads outside ``context.state``
+#: (:func:`_uploads_file`); ``codedfl.state-dir`` in the node config or this variable moves it.
+STATE_DIR_ENV = "CODED_FL_STATE_DIR"
+
+
+def _uploads_file(context: Context, machine: ClientMachine) -> Path | None:
+    """The file of this node's uploads under its current keys, or None before keys.
+
+    Flower's simulation engine runs a node's messages on several actors at once and writes
+    back each one's context when it ends, so a straggler's late train can write back a
+    state from before the node's next upload, and the recovery of that upload is then
+    refused (``NEEDS_KEYS``; seen in CI). The rounds uploaded and the digests of their inputs
+    (public: hashes of what the server sent, no key or mask) are therefore also kept in a
+    file per node and session, written under a lock, merged back before every message
+    (:meth:`ClientMachine.recall_uploads`)."""
+    cfg, key = machine.config, machine.key_id
+    if cfg is None or key is None:
+        return None
+    root = context.node_config.get("codedfl.state-dir") or os.environ.get(STATE_DIR_ENV)
+    base = Path(str(root)) if root else Path(tempfile.gettempdir()) / f"coded-fl-{os.getuid()}"
+    # the session's digest and this node's key of it: a new key exchange starts a new record
+    return base / f"uploads-{int(context.node_id)}-{cfg.digest.hex()[:32]}-{key}.json"
+
+
+def _read_uploads(path: Path) -> dict[int, bytes]:
+    try:
+        raw = json.loads(path.read_text())
+        return {int(r): bytes.fromhex(d) for r, d in raw.items()}
+    except (OSError, ValueError, TypeError, AttributeError):
+        return {}  # none yet, or unreadable: the state alone decides, as before
+
+
+def _recall_uploads(context: Context, machine: ClientMachine) -> None:
+    path = _uploads_file(context, machine)
+    if path is not None:
+        machine.recall_uploads(_read_uploads(path))
+
+
+def _remember_uploads(context: Context, machine: ClientMachine) -> None:
+    path = _uploads_file(context, machine)
+    if path is None or not machine.inputs:
+        return
+    try:
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        with open(path.with_suffix(".lock"), "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            merged = {**_read_uploads(path), **machine.inputs}
+            keep = sorted(merged)[-MAX_UNVERIFIED_ROUNDS:]
+            tmp = path.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(json.dumps({str(r): merged[r].hex() for r in keep}))
+            os.replace(tmp, path)
+    except OSError as exc:  # the state still holds it: only the stale-copy case is lost
+        LOG.warning("[coded-fl] could not keep the record of this node's uploads: %s", exc)
 
 
 def _limits(machine: ClientMachine, raw: bytes) -> Limits | None:
@@ -245,6 +305,7 @@ def _handle(
             "ClientApp"
         )
     machine = _load(context, policy)  # a restarted node has none: it refuses with NEEDS_KEYS
+    _recall_uploads(context, machine)  # what a stale state written back may lack
     proto = decode(raw, limits=_limits(machine, raw))
     info: dict[str, float | str] = {}
     spec = None
@@ -277,6 +338,7 @@ def _handle(
             info[METRIC_NAMES_ENTRY] = json.dumps(list(names))
         digest = _model_digest(msg, spec)  # every round: it binds shared masks too
         reply: ProtocolMessage = machine.upload(out, partials, model_digest=digest)
+        _remember_uploads(context, machine)
     else:
         reply = out
     if isinstance(proto, KeyRequest):

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import atexit
 import functools
 import os
+import shutil
+import tempfile
 
 import galois
 import pytest
@@ -25,6 +28,13 @@ settings.register_profile(
     print_blob=True,
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
+
+# the mod's record of each node's uploads (clients/mod.py, _uploads_file): in a folder of this
+# test process (and the simulations it starts), removed at exit, not in the machine's /tmp
+if "CODED_FL_STATE_DIR" not in os.environ:
+    _state_dir = tempfile.mkdtemp(prefix="coded-fl-test-state-")
+    os.environ["CODED_FL_STATE_DIR"] = _state_dir
+    atexit.register(shutil.rmtree, _state_dir, ignore_errors=True)
 
 #: The default Mersenne prime (fast path), a generic prime near the limit, one just above 2^30
 #: (about half of all 31-bit words rejected by the mask sampler), and small ones.

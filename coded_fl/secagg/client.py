@@ -63,9 +63,10 @@ private state (about 640 lines of code; the key derivation of seed-derived share
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
@@ -903,8 +904,9 @@ class ClientMachine:
             masked, shared = self._shared_upload(cfg, silo, task, partials, bytes(model_digest))
         # The recovery needs no per-round state but the inputs digest (a node that processes
         # two messages at once, as Flower's simulation engine does, could overwrite it with a
-        # stale copy: it then refuses with NEEDS_KEYS): derived shares, this silo's own
-        # included, are recomputed from keys, the relayed context and its own digest.
+        # stale copy: the adapter keeps a copy of the uploads outside the state and gives it
+        # back, recall_uploads): derived shares, this silo's own included, are recomputed from
+        # keys, the relayed context and its own digest.
         self.edge_keys = edge_keys
         self.stage = ClientStage.UPLOADED
         self.uploaded = tuple(sorted({*self.uploaded, task.round}))[-MAX_UNVERIFIED_ROUNDS:]
@@ -1259,6 +1261,32 @@ class ClientMachine:
         )
 
     # ------------------------------------------------------------------ persistence
+    @property
+    def key_id(self) -> str | None:
+        """A public name of this silo's current key-agreement key (hex of the first 16 bytes
+        of its SHA-256; None before keys): new with every key exchange."""
+        if self._keys is None:
+            return None
+        return hashlib.sha256(self._keys.public_bytes).hexdigest()[:32]
+
+    def recall_uploads(self, uploads: Mapping[int, bytes]) -> None:
+        """Merge a record of this silo's own uploads of the current session (round -> the
+        digest of the inputs it trained on) kept outside its state: a state written back
+        from before an upload (a node that ran two messages at once and saved the older last)
+        then still refuses that round a second time and can answer its recovery. Only the
+        adapter's own record of what this silo sent may come here, never a server's word.
+
+        Parameters
+        ----------
+        uploads
+            Round -> inputs digest, as :attr:`inputs` holds them.
+        """
+        if not uploads:
+            return
+        merged = {**{int(r): bytes(d) for r, d in uploads.items()}, **self.inputs}
+        self.uploaded = tuple(sorted({*self.uploaded, *merged}))[-MAX_UNVERIFIED_ROUNDS:]
+        self.inputs = {r: merged[r] for r in self.uploaded if r in merged}
+
     def to_bytes(self) -> bytes:
         """The whole state, keys included: keep it on the silo only (e.g. Flower context.state)."""
         state = {
