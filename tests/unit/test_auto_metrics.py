@@ -32,19 +32,14 @@ from coded_fl.vocabulary import (
 )
 from strategies.coded_secagg import AUTO_METRIC_SLOTS
 from strategies.records import metric_names
-from tests.unit.test_strategy_faults import FakeGrid, _start, _strategy
+from tests.unit.test_strategy_faults import (
+    FakeGrid,
+    _start,
+    _strategy,
+    _task_identity,  # noqa: F401  (autouse: Flower's task identity)
+)
 
 N = 4
-
-
-@pytest.fixture(autouse=True)
-def _task_identity(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Flower's Message() reads the process's task identity (set by its runtime)."""
-    from flwr.supercore.task_identity import TaskIdentity
-
-    monkeypatch.setattr(TaskIdentity, "_run_id", 7)
-    monkeypatch.setattr(TaskIdentity, "_node_id", 1)
-    monkeypatch.setattr(TaskIdentity, "_task_id", 1)
 
 
 def _metrics(k: int, node_config: dict) -> dict[str, float | int | list[float]]:

@@ -25,19 +25,14 @@ import pytest
 
 from clients.mod import STATE_DIR_ENV
 from coded_fl.secagg import ClientMachine
-from tests.unit.test_strategy_faults import FakeGrid, _start, _strategy
+from tests.unit.test_strategy_faults import (
+    FakeGrid,
+    _start,
+    _strategy,
+    _task_identity,  # noqa: F401  (autouse: Flower's task identity)
+)
 
 N = 4
-
-
-@pytest.fixture(autouse=True)
-def _task_identity(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Flower's Message() reads the process's task identity (set by its runtime)."""
-    from flwr.supercore.task_identity import TaskIdentity
-
-    monkeypatch.setattr(TaskIdentity, "_run_id", 7)
-    monkeypatch.setattr(TaskIdentity, "_node_id", 1)
-    monkeypatch.setattr(TaskIdentity, "_task_id", 1)
 
 
 def _stale_before_round_2_recovery(grid: FakeGrid) -> None:
