@@ -66,7 +66,7 @@ import dataclasses
 import hashlib
 import json
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
@@ -909,9 +909,7 @@ class ClientMachine:
         # keys, the relayed context and its own digest.
         self.edge_keys = edge_keys
         self.stage = ClientStage.UPLOADED
-        self.uploaded = tuple(sorted({*self.uploaded, task.round}))[-MAX_UNVERIFIED_ROUNDS:]
-        inputs = {**self.inputs, task.round: bytes(model_digest)}
-        self.inputs = {r: inputs[r] for r in self.uploaded if r in inputs}
+        self._keep_uploads((task.round,), {**self.inputs, task.round: bytes(model_digest)})
         return Upload(
             digest=cfg.digest,
             round=task.round,
@@ -1284,8 +1282,13 @@ class ClientMachine:
         if not uploads:
             return
         merged = {**{int(r): bytes(d) for r, d in uploads.items()}, **self.inputs}
-        self.uploaded = tuple(sorted({*self.uploaded, *merged}))[-MAX_UNVERIFIED_ROUNDS:]
-        self.inputs = {r: merged[r] for r in self.uploaded if r in merged}
+        self._keep_uploads(merged, merged)
+
+    def _keep_uploads(self, rounds: Iterable[int], inputs: dict[int, bytes]) -> None:
+        """Add ``rounds`` to the rounds uploaded (the last MAX_UNVERIFIED_ROUNDS kept) and
+        keep the inputs digests of those rounds from ``inputs``."""
+        self.uploaded = tuple(sorted({*self.uploaded, *rounds}))[-MAX_UNVERIFIED_ROUNDS:]
+        self.inputs = {r: inputs[r] for r in self.uploaded if r in inputs}
 
     def to_bytes(self) -> bytes:
         """The whole state, keys included: keep it on the silo only (e.g. Flower context.state)."""

@@ -106,13 +106,14 @@ def isa_pair() -> tuple[str, str]:
     return ("avx2", "avx512") if best.startswith("avx512") else ("default", "avx2")
 
 
+_OLDER, _NEWER = isa_pair()
 #: setting -> (environment of site i: item i % len, threads-per-silo)
 SITE_SETTINGS: dict[str, tuple[list[dict[str, str]], str]] = {
     "identical": ([{}], ""),
     "heterogeneous": (
         [
-            {"ATEN_CPU_CAPABILITY": isa_pair()[0], "OMP_NUM_THREADS": "1"},
-            {"ATEN_CPU_CAPABILITY": isa_pair()[1], "OMP_NUM_THREADS": "1"},
+            {"ATEN_CPU_CAPABILITY": _OLDER, "OMP_NUM_THREADS": "1"},
+            {"ATEN_CPU_CAPABILITY": _NEWER, "OMP_NUM_THREADS": "1"},
         ],
         "",
     ),
