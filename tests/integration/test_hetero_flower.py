@@ -45,7 +45,9 @@ def test_the_test_bed_makes_replicas_disagree(run):
     # kernels, one with ATen's), and their replicas differ (9232, 63, 5970 coordinates in the
     # three rounds here)
     assert run["ours"]["used"] == [4, 4, 4], run["ours"]
-    assert all(d > 0 for d in run["ours"]["disagreeing"]), run["ours"]
+    # not every round: a CI run saw a round with all 4 replies whose compared replicas agreed
+    # bit for bit (rounds with shared masks compare one group only, |S| - (n - s) = 1 row)
+    assert sum(run["ours"]["disagreeing"]) > 0, run["ours"]
 
 
 def test_every_round_completes_with_heterogeneous_silos_and_nothing_is_erased(run):
