@@ -41,7 +41,13 @@ from coded_fl.secagg.policy import MIN_SCALE
 from coded_fl.secagg.server import DRIFT_TOLERANCE
 from coded_fl.vocabulary import MAX_DELTA_SCALE, TrainSpec
 
-from .composable import calibrate_noise, chain_attr, check_composable, legacy_advice
+from .composable import (
+    calibrate_noise,
+    chain_attr,
+    check_composable,
+    check_dp_sampling,
+    legacy_advice,
+)
 from .driver import RoundDriver
 from .report import RoundReport, waiting_estimate
 from .run import RunSettings, RunState
@@ -209,6 +215,7 @@ class CodedSecAgg(Strategy):
         progress: Callable[[RoundReport], None] | None = None,
     ) -> None:
         check_composable(strategy)
+        check_dp_sampling(strategy)
         if not isinstance(strategy, Strategy):
             raise ConfigurationError(
                 "strategy must be a flwr.serverapp.strategy.Strategy, got "

@@ -20,16 +20,26 @@ FedAdam, FedYogi, FedAdagrad, FedAvgM, ...) and central DP with client-side fixe
 :func:`calibrate_noise` sets a client-side fixed clipping wrapper's ``num_sampled_clients`` to
 the number of partitions K summed per round (every round sums all K partitions, whichever
 silos replied), so its Gaussian noise, of standard deviation
-:math:`\\sigma = z C / K`, is calibrated to the average of K clipped partition updates.
+:math:`\\sigma = z C / K`, is calibrated to the average of K clipped partition updates: the
+noise plain FedAvg adds with the same wrapper settings and ``fraction_train=1.0`` over K
+clients. :func:`check_dp_sampling` refuses client sampling (``fraction_train`` /
+``fraction_fit`` below 1) under such a wrapper: coded rounds cannot sample, so the
+amplification by sampling a user's accounting assumes would not hold. :func:`one_sum_reply`
+keeps Flower's per-round "number of clients returning parameters (1) differs from the number
+of sampled clients (K)" warning out of the log, since that one result is the sum over all K
+(:func:`calibrate_noise` says so once, when the run starts).
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from flwr.server import strategy as legacy
 from flwr.serverapp import strategy as msgapi
+from flwr.supercore.differential_privacy import CLIENTS_DISCREPANCY_WARNING
 
 from coded_fl.errors import ConfigurationError
 
@@ -38,7 +48,9 @@ __all__ = [
     "calibrate_noise",
     "chain_attr",
     "check_composable",
+    "check_dp_sampling",
     "legacy_advice",
+    "one_sum_reply",
 ]
 
 LOG = logging.getLogger("flwr")
@@ -162,12 +174,54 @@ def check_composable(strategy: object) -> None:
             )
 
 
+def _fixed_clipping(strategy: object) -> list[Any]:
+    """The client-side fixed clipping wrappers in ``strategy``'s chain, outermost first."""
+    return [s for s in _chain(strategy) if isinstance(s, FIXED_CLIPPING)]
+
+
+def check_dp_sampling(strategy: object) -> None:
+    """Refuse client sampling under a client-side fixed clipping DP wrapper.
+
+    Every coded round sums the clipped updates of all K partitions (the gradient code needs
+    every one), so ``fraction_train`` (Message API) or ``fraction_fit`` (legacy) below 1
+    cannot be honoured; without DP it is only ignored (:class:`CodedSecAgg` logs it), but
+    under DP the user's privacy accounting would assume an amplification by sampling that no
+    round has.
+
+    Parameters
+    ----------
+    strategy
+        The strategy (chain).
+
+    Raises
+    ------
+    ConfigurationError
+        Naming the setting, why, and the value to use.
+    """
+    wrappers = _fixed_clipping(strategy)
+    if not wrappers:
+        return
+    for attr in ("fraction_train", "fraction_fit"):
+        frac = chain_attr(strategy, attr, 1.0)
+        if isinstance(frac, (int, float)) and not isinstance(frac, bool) and frac < 1.0:
+            raise ConfigurationError(
+                f"{attr}={frac} under {type(wrappers[0]).__name__}: coded secure aggregation "
+                "sums the clipped updates of all K partitions in every round (gradient coding "
+                "needs every one), so no client is sampled and the privacy amplification by "
+                f"sampling that {attr} < 1 implies does not hold. Set {attr}=1.0: the noise "
+                "std is then noise_multiplier * clipping_norm / K, what plain FedAvg adds with "
+                f"{attr}=1.0 over K clients"
+            )
+
+
 def calibrate_noise(strategy: object, num_partitions: int) -> None:
     """Set every client-side fixed clipping wrapper's ``num_sampled_clients`` to K.
 
     Each round sums the clipped updates of all K partitions (gradient coding recovers the sum
     over every partition from the first n - s replies), so the average's sensitivity is
     :math:`C / K` and Flower's noise :math:`z C / \\text{num\\_sampled\\_clients}` must use K.
+    A changed value changes the noise: it is logged as a warning, with both standard
+    deviations; an unchanged one once, at info level, with the standard deviation.
 
     Parameters
     ----------
@@ -176,17 +230,61 @@ def calibrate_noise(strategy: object, num_partitions: int) -> None:
     num_partitions
         K, the partitions summed per round.
     """
-    for s in _chain(strategy):
-        if isinstance(s, FIXED_CLIPPING) and s.num_sampled_clients != num_partitions:
-            LOG.info(
-                "[coded-fl] %s: num_sampled_clients %s -> %d, the partitions summed per round "
-                "(noise std = noise_multiplier * clipping_norm / %d)",
+    for s in _fixed_clipping(strategy):
+        K, before = num_partitions, s.num_sampled_clients
+        std = s.noise_multiplier * s.clipping_norm / K
+        if before != K:
+            LOG.warning(
+                "[coded-fl] %s: num_sampled_clients %s -> %d, the partitions summed per round: "
+                "noise std %.4g instead of %.4g (noise_multiplier * clipping_norm / %d, the "
+                "average of %d clipped partition updates)",
                 type(s).__name__,
-                s.num_sampled_clients,
-                num_partitions,
-                num_partitions,
+                before,
+                K,
+                std,
+                s.noise_multiplier * s.clipping_norm / before,
+                K,
+                K,
             )
-            s.num_sampled_clients = num_partitions
+            s.num_sampled_clients = K
+        LOG.info(
+            "[coded-fl] %s adds noise of std %.4g to each round's average of all %d partitions; "
+            "it receives that average as one result, so Flower's warning that 1 result came "
+            "back for %d sampled clients does not apply and is not shown",
+            type(s).__name__,
+            std,
+            K,
+            K,
+        )
+
+
+class _OneSumFilter(logging.Filter):
+    """Drops Flower's "clients returning parameters differs from sampled clients" record."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.msg != CLIENTS_DISCREPANCY_WARNING
+
+
+@contextmanager
+def one_sum_reply(strategy: object) -> Iterator[None]:
+    """While the wrapped strategy aggregates the decoded average (one result standing for all
+    K partitions): keep Flower's DP wrappers from warning of a reply-count discrepancy (only
+    where the chain has such a wrapper; :func:`calibrate_noise` explained it once).
+
+    Parameters
+    ----------
+    strategy
+        The strategy (chain) about to aggregate.
+    """
+    if not _fixed_clipping(strategy):
+        yield
+        return
+    logger, quiet = logging.getLogger("flwr"), _OneSumFilter()
+    logger.addFilter(quiet)
+    try:
+        yield
+    finally:
+        logger.removeFilter(quiet)
 
 
 def legacy_advice(strategy: object) -> str:

@@ -49,6 +49,7 @@ from coded_fl.vocabulary import (
     metric_slot_names,
 )
 
+from .composable import one_sum_reply
 from .exchange import Exchange
 from .membership import Membership
 from .records import integer_arrays, keep_layout, message_record, unflatten
@@ -545,7 +546,8 @@ class RoundDriver:
             RecordDict({spec.arrays_key: new, "metrics": MetricRecord(metrics)}),
             reply_to=template,
         )
-        agg_arrays, agg_metrics = inner.aggregate_train(report.round, [reply])
+        with one_sum_reply(inner):  # one result standing for all K partitions
+            agg_arrays, agg_metrics = inner.aggregate_train(report.round, [reply])
         if agg_arrays is None:
             report.reason = f"the wrapped {type(inner).__name__}.aggregate_train returned no arrays"
             report.seconds = time.monotonic() - t0

@@ -58,7 +58,7 @@ from coded_fl.layout import npy_header
 from coded_fl.vocabulary import LEGACY_FIT_ARRAYS, LEGACY_FIT_CONFIG, LEGACY_WEIGHT_KEY
 
 from .coded_secagg import CodedSecAgg
-from .composable import chain_attr, check_composable
+from .composable import chain_attr, check_composable, check_dp_sampling
 from .driver import RoundDriver
 
 __all__ = ["CodedSecAggWorkflow", "LegacyStrategy", "coded_server_app"]
@@ -105,6 +105,7 @@ class LegacyStrategy(Strategy):
 
     def __init__(self, strategy: legacy.Strategy) -> None:
         check_composable(strategy)
+        check_dp_sampling(strategy)
         if not isinstance(strategy, legacy.Strategy):
             raise ConfigurationError(
                 "LegacyStrategy wraps a flwr.server.strategy.Strategy, got "

@@ -10,11 +10,23 @@ plain average), within the quantization error.
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pytest
-from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
+from flwr.app import (
+    Array,
+    ArrayRecord,
+    ConfigRecord,
+    Context,
+    Message,
+    MessageType,
+    MetricRecord,
+    RecordDict,
+)
 from flwr.client import NumPyClient
 from flwr.clientapp import ClientApp
 from flwr.common import FitRes, Status, ndarrays_to_parameters, parameters_to_ndarrays
@@ -22,6 +34,7 @@ from flwr.server import LegacyContext, ServerConfig
 from flwr.server import strategy as legacy
 from flwr.server.workflow import DefaultWorkflow
 from flwr.serverapp import strategy as msgapi
+from flwr.supercore.differential_privacy import CLIENTS_DISCREPANCY_WARNING
 
 from clients import coded_secagg_mod
 from clients.mod import partition_seed
@@ -276,8 +289,64 @@ class DPGrid(FakeGrid):
         self.app = app
 
 
+class _Records(logging.Handler):
+    """Keeps the records the server-side ``flwr`` logger emits in this process."""
+
+    def __init__(self) -> None:
+        super().__init__(level=logging.DEBUG)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+@pytest.fixture
+def flwr_records() -> Iterator[list[logging.LogRecord]]:
+    logger, handler = logging.getLogger("flwr"), _Records()
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG)
+    try:
+        yield handler.records
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+
+
+def _discrepancies(records: list[logging.LogRecord]) -> int:
+    return sum(r.msg == CLIENTS_DISCREPANCY_WARNING for r in records)
+
+
+@pytest.mark.parametrize(
+    "inner, attr",
+    [
+        (lambda: msgapi.FedAvg(fraction_train=0.2), "fraction_train=0.2"),
+        (lambda: legacy.FedAvg(fraction_fit=0.5), "fraction_fit=0.5"),
+    ],
+)
+def test_client_sampling_under_dp_is_refused_naming_the_setting(inner: Any, attr: str) -> None:
+    is_legacy = isinstance(inner(), legacy.Strategy)
+    wrapper = legacy if is_legacy else msgapi
+    dp = wrapper.DifferentialPrivacyClientSideFixedClipping(
+        inner(), noise_multiplier=0.1, clipping_norm=1.0, num_sampled_clients=4
+    )
+    with pytest.raises(ConfigurationError, match=attr) as info:
+        if is_legacy:
+            LegacyStrategy(dp)
+        else:
+            CodedSecAgg(dp, num_stragglers=1, privacy_threshold=1)
+    assert "=1.0" in str(info.value) and "amplification" in str(info.value)
+    # without DP, sampling is only ignored (every silo trains every round): no refusal
+    if is_legacy:
+        LegacyStrategy(inner())
+    else:
+        CodedSecAgg(inner(), num_stragglers=1, privacy_threshold=1)
+
+
 @pytest.mark.parametrize("noise", [0.0, 1.0])
-def test_client_side_fixed_clipping_clips_each_partition_and_noise_uses_k(noise: float) -> None:
+def test_client_side_fixed_clipping_clips_each_partition_and_noise_uses_k(
+    noise: float, flwr_records: list[logging.LogRecord]
+) -> None:
     c = 0.6
     dp = msgapi.DifferentialPrivacyClientSideFixedClipping(
         msgapi.FedAvg(fraction_evaluate=0.0, min_available_nodes=N),
@@ -290,6 +359,20 @@ def test_client_side_fixed_clipping_clips_each_partition_and_noise_uses_k(noise:
     result = s.start(grid=DPGrid(N), initial_arrays=init, num_rounds=1)
     assert [r.ok for r in s.reports] == [True]
     assert dp.num_sampled_clients == N
+    # the change of noise is a warning naming both values; the one result standing for all K
+    # partitions raises no per-round "privacy leakage" warning
+    changed = [r.getMessage() for r in flwr_records if r.levelno == logging.WARNING]
+    assert any("num_sampled_clients 1 -> 4" in m for m in changed), changed
+    assert any("aggregate_train: Received 1 results" in r.getMessage() for r in flwr_records)
+    assert _discrepancies(flwr_records) == 0
+    # the control: Flower's wrapper given that one result directly does warn
+    reply = Message(
+        RecordDict({"arrays": result.arrays, "metrics": MetricRecord({"num-examples": 1})}),
+        dst_node_id=1,
+        message_type=MessageType.TRAIN,
+    )
+    dp.aggregate_train(2, [reply])
+    assert _discrepancies(flwr_records) == 1
     got = result.arrays["w"].numpy().astype(np.float64)
     clipped = np.mean([_clipped(k, c) for k in range(N)], axis=0)
     unclipped = np.mean([_big_step(k) for k in range(N)], axis=0)
