@@ -205,7 +205,17 @@ def make_server_app(opts: argparse.Namespace, out: dict[str, Any]) -> ServerApp:
         label = out["setting"]
         ours: dict[str, list[Any]] = {
             k: []
-            for k in ("accuracy", "seconds", "ok", "used", "erased", "disagreeing", "corrected")
+            for k in (
+                "accuracy",
+                "seconds",
+                "ok",
+                "used",
+                "erased",
+                "disagreeing",
+                "corrected",
+                "offenders",
+                "excluded",
+            )
         }
 
         def progress(rep: RoundReport) -> None:
@@ -217,6 +227,8 @@ def make_server_app(opts: argparse.Namespace, out: dict[str, Any]) -> ServerApp:
             ours["erased"].append(rep.erased)
             ours["disagreeing"].append(rep.disagreeing)
             ours["corrected"].append(rep.corrected)
+            ours["offenders"].append(sorted(rep.offenders))
+            ours["excluded"].append(list(rep.excluded))
             _say(
                 f"[accuracy {label}] coded-fl round {rep.round}: "
                 f"{'ok' if rep.ok else 'ABORTED ' + rep.reason}, used {rep.replies_used}/{n}, "
@@ -264,6 +276,7 @@ def make_server_app(opts: argparse.Namespace, out: dict[str, Any]) -> ServerApp:
         out["partitions"] = cfg.gradient_code.K
         out["code_used"] = type(cfg.gradient_code).__name__
         out["vector_length"] = cfg.vector_length + 1  # + the train_loss metric
+        out["model_parameters"] = flatten(initial).numel()
         del res
 
         inner = _inner(opts.strategy, n)

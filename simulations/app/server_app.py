@@ -244,6 +244,7 @@ def main(grid: Grid, context: Context) -> None:
         max_weight=float(rc["max-weight"]) or None,
         metric_keys=("train_loss",),
         extra_replies=int(rc["extra-replies"]),
+        extra_wait=float(rc.get("extra-wait", 2.0)),
         code=str(rc.get("code", "auto")),
         masking=str(rc.get("masking", "auto")),
         headroom_bits=int(rc.get("headroom-bits", 8)),

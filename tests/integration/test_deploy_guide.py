@@ -88,8 +88,10 @@ def test_the_guide_deploys_sites_whose_cpu_kernels_differ_and_stops_cleanly(
         # rerun once at a higher bound, a second round trip)
         f"clip-range=16.0 max-weight=4096 "
         # one reply beyond n - s: every round waits for all three sites, so each compares
-        # replicas from both kernels (any two of three sites with two kernels may share one)
-        f'extra-replies=1 report-file="{report}"'
+        # replicas from both kernels (any two of three sites with two kernels may share one).
+        # Waited for up to 300 s: under CI's load the third site once came more than the
+        # default 2 s after the second and a round closed on two; the wait ends when it is in
+        f'extra-replies=1 extra-wait=300.0 report-file="{report}"'
     )
     rc, out = _run_local_sh(tmp_path, config)
     assert rc == 0, out[-4000:]

@@ -7,8 +7,8 @@ different kernels and are not bit-identical, as on sites whose CPUs differ. (Thr
 did not make them differ on a quiet machine: OpenMP's teams follow the load, so the test bed
 was flaky; the kernels differ at most coordinates of every gradient.) One run with the default
 code: the test bed itself is checked first (the server saw replicas of a partition disagree),
-then that every round completed, nothing was erased and the model learns like plain FedAvg on
-the same data.
+then that every round completed, no silo was blamed for drift, at most the bounded 1 % of
+coordinates was erased, and the model learns like plain FedAvg on the same data.
 """
 
 from __future__ import annotations
@@ -50,9 +50,17 @@ def test_the_test_bed_makes_replicas_disagree(run):
     assert sum(run["ours"]["disagreeing"]) > 0, run["ours"]
 
 
-def test_every_round_completes_with_heterogeneous_silos_and_nothing_is_erased(run):
+def test_every_round_completes_with_heterogeneous_silos_and_drift_is_never_blamed(run):
     raw = run
     assert raw["ours"]["ok"] == [True] * 3, raw["ours"]
-    assert sum(raw["ours"]["erased"]) == 0
+    # drift is never taken for a deviating silo: nobody named, nobody left out
+    assert raw["ours"]["offenders"] == [[], [], []], raw["ours"]
+    assert raw["ours"]["excluded"] == [[], [], []], raw["ours"]
+    # groups of two have no majority: a coordinate where the two replicas drifted apart beyond
+    # the tolerance is erased (no update there this round), within max_erased_fraction = 1 %.
+    # Almost always none is; a CI run of this bed erased 6 of 11,122 in one round (replicas
+    # trained with oneDNN's and ATen's kernels drift chaotically at a few coordinates)
+    bound = 0.01 * raw["model_parameters"]
+    assert all(e <= bound for e in raw["ours"]["erased"]), (raw["ours"]["erased"], bound)
     # and it learns like plain FedAvg on the same data
     assert abs(raw["ours"]["accuracy"][-1] - raw["plain"]["accuracy"][-1]) < 0.05
