@@ -57,9 +57,12 @@ def apply_guide(dst: Path, blocks: list[tuple[str, list[str], list[str]]] | None
         target.write_text(text.replace(before, after))
 
 
-def run_guided(project: Path, tmp_path: Path, *, num_supernodes: int = 4) -> tuple[str, Path]:
+def run_guided(
+    project: Path, tmp_path: Path, *, num_supernodes: int = 4, run_config: str = ""
+) -> tuple[str, Path]:
     """Copy ``project`` under ``tmp_path``, apply the Message-API guide and ``flwr run`` it on a
-    local SuperLink with ``model-dir`` set; returns (the run's output, the model folder)."""
+    local SuperLink with ``model-dir`` set (and ``run_config``, more ``key=value`` pairs);
+    returns (the run's output, the model folder)."""
     from simulations.runtime.local_superlink import LocalSuperLink
 
     dst = tmp_path / "quickstart"
@@ -69,7 +72,10 @@ def run_guided(project: Path, tmp_path: Path, *, num_supernodes: int = 4) -> tup
     models.mkdir()
     with LocalSuperLink(tmp_path / "flwr-home") as link:
         out = link.run(
-            dst, num_supernodes=num_supernodes, run_config=f'model-dir="{models}"', timeout=600
+            dst,
+            num_supernodes=num_supernodes,
+            run_config=f'model-dir="{models}" {run_config}'.strip(),
+            timeout=600,
         )
     return out, models
 

@@ -14,11 +14,12 @@ app = ClientApp()
 @app.train()
 def train(msg: Message, context: Context):
     """Train the model on local data."""
-    model = Net()
+    model = Net(context.run_config["embedding-rows"])
     model.load_state_dict(msg.content["arrays"].to_torch_state_dict())
     partition_id = context.node_config["partition-id"]
     num_partitions = context.node_config["num-partitions"]
-    trainset, _ = load_data(partition_id, num_partitions)
+    examples = context.run_config["examples-per-partition"]
+    trainset, _ = load_data(partition_id, num_partitions, examples)
     train_loss = train_fn(
         model, trainset, context.run_config["local-epochs"], msg.content["config"]["lr"]
     )
@@ -31,7 +32,7 @@ def train(msg: Message, context: Context):
 @app.evaluate()
 def evaluate(msg: Message, context: Context):
     """Evaluate the model on local data."""
-    model = Net()
+    model = Net(context.run_config["embedding-rows"])
     model.load_state_dict(msg.content["arrays"].to_torch_state_dict())
     _, testset = load_data(
         context.node_config["partition-id"], context.node_config["num-partitions"]

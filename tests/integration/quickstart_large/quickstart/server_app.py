@@ -15,12 +15,15 @@ from quickstart.task import test as test_fn
 app = ServerApp()
 
 
-def global_evaluate(server_round: int, arrays: ArrayRecord) -> MetricRecord:
-    """Evaluate the global model on the server's held-out data."""
-    model = Net()
-    model.load_state_dict(arrays.to_torch_state_dict())
-    loss, accuracy = test_fn(model, load_test())
-    return MetricRecord({"accuracy": accuracy, "loss": loss})
+def evaluator(embedding_rows: int):
+    def global_evaluate(server_round: int, arrays: ArrayRecord) -> MetricRecord:
+        """Evaluate the global model on the server's held-out data."""
+        model = Net(embedding_rows)
+        model.load_state_dict(arrays.to_torch_state_dict())
+        loss, accuracy = test_fn(model, load_test())
+        return MetricRecord({"accuracy": accuracy, "loss": loss})
+
+    return global_evaluate
 
 
 @app.main()
@@ -30,7 +33,8 @@ def main(grid: Grid, context: Context) -> None:
     lr: float = context.run_config["learning-rate"]
 
     # Load global model
-    global_model = Net()
+    embedding_rows: int = context.run_config["embedding-rows"]
+    global_model = Net(embedding_rows)
     arrays = ArrayRecord(global_model.state_dict())
 
     # Initialize FedAvg strategy
@@ -42,7 +46,7 @@ def main(grid: Grid, context: Context) -> None:
         initial_arrays=arrays,
         train_config=ConfigRecord({"lr": lr}),
         num_rounds=num_rounds,
-        evaluate_fn=global_evaluate,
+        evaluate_fn=evaluator(embedding_rows),
     )
 
     # Save the initial and final models: into `model-dir` (default: a new temporary folder)

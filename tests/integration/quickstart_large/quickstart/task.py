@@ -1,8 +1,13 @@
 """quickstart: model, data, training (ordinary Flower style), at a real dataset size.
 
-Each of the partitions holds 20,000 examples (CIFAR-10 split over 2-3 sites is 16,000-25,000):
-8x8 images drawn from a fixed generator and labelled by a fixed linear teacher, so nothing
-is downloaded. Training shuffles with torch's global RNG, unseeded, as ordinary projects do.
+Each of the partitions holds 20,000 examples (CIFAR-10 split over 2-3 sites is 16,000-25,000;
+the run config's ``examples-per-partition``): 8x8 images drawn from a fixed generator and
+labelled by a fixed linear teacher, so nothing is downloaded. Training shuffles with torch's
+global RNG, unseeded, as ordinary projects do.
+
+The model is a linear classifier; with ``embedding-rows`` R > 0 in the run config it also has
+an R x 10 embedding table looked up by hashed features (R = 2,500,000: 25,000,650
+parameters, a large model whose training touches a few entries a lot and most not at all).
 """
 
 import torch
@@ -13,12 +18,18 @@ FEATURES = 64
 
 
 class Net(nn.Module):
-    def __init__(self) -> None:
+    def __init__(self, embedding_rows: int = 0) -> None:
         super().__init__()
         self.fc = nn.Linear(FEATURES, 10)
+        self.rows = int(embedding_rows)
+        self.emb = nn.EmbeddingBag(self.rows, 10, mode="sum") if self.rows else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.fc(x)
+        out = self.fc(x)
+        if self.emb is not None:
+            ids = (x[:, :8].abs() * 1e4).long() % self.rows  # 8 hashed features per example
+            out = out + self.emb(ids)
+        return out
 
 
 def _examples(seed: int, count: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -29,9 +40,9 @@ def _examples(seed: int, count: int) -> tuple[torch.Tensor, torch.Tensor]:
     return x, y
 
 
-def load_data(partition_id: int, num_partitions: int):
+def load_data(partition_id: int, num_partitions: int, examples: int = EXAMPLES_PER_PARTITION):
     del num_partitions  # every partition has the same size
-    return _examples(1000 + partition_id, EXAMPLES_PER_PARTITION), load_test()
+    return _examples(1000 + partition_id, examples), load_test()
 
 
 def load_test():
