@@ -11,17 +11,35 @@ id and the protocol round are in the server's log) and averages them.
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
 import pytest
 import torch
 
+from coded_fl.layout import METRIC_BOUND
 from coded_fl.quantize import QuantizationConfig
 from tests.integration.test_plugin_guide import project_task, run_guided, seed_as_the_mod
 
 PROJECT = Path(__file__).with_name("quickstart_large")
 N, PARTITION = 4, 20_000
+
+
+def _check_train_metrics(models, losses: list[float], *, examples: int, weight_bound: int) -> None:
+    """The run's aggregated train metrics (Flower's Result, saved by the project) are plain
+    FedAvg's: the example-weighted mean of the partitions' ``train_loss`` (equal sizes: the
+    mean), with no metric_keys set (the README's lines only)."""
+    saved = json.loads((models / "train_metrics.json").read_text())
+    assert set(saved) == {"1"}, saved
+    got = saved["1"]
+    assert set(got) == {"train_loss"}, got  # what plain FedAvg shows (the weight left out)
+    want = sum(losses) / len(losses)
+    # quantization error: a metric travels as rho_k m c / METRIC_BOUND (c = 1), K roundings of
+    # step 1 / scale, read back times METRIC_BOUND / (c sum_k rho_k)
+    scale = QuantizationConfig.for_summands(N, clip_range=1.0, headroom_bits=8).scale
+    bound = N / scale * METRIC_BOUND / (N * examples / weight_bound)
+    assert abs(got["train_loss"] - want) <= bound + 1e-6, (got, want, bound)
 
 
 @pytest.mark.integration
@@ -43,16 +61,17 @@ def test_the_guide_at_a_real_dataset_size_matches_plain_fedavg_round_one(tmp_pat
     initial = torch.load(models / "initial_model.pt")
     final = torch.load(models / "final_model.pt")
     torch.set_num_threads(1)
-    states = []
+    states, losses = [], []
     for k in range(N):  # plain FedAvg's round 1 with the seeds every replica of k used
         seed_as_the_mod(seed_id.group(1), protocol_round, k)
         net = task.Net()
         net.load_state_dict(initial)
         trainset, _ = task.load_data(k, N)
-        task.train(net, trainset, 1, 0.05)
+        losses.append(task.train(net, trainset, 1, 0.05))
         states.append(net.state_dict())
     # equal partition sizes: FedAvg's weights are equal
     ref = {name: sum(s[name] for s in states) / N for name in states[0]}
+    _check_train_metrics(models, losses, examples=PARTITION, weight_bound=32_768)
     # quantization error: K stochastic roundings of step 1/scale, divided by the total weight
     # sum_k w_k / W (clip_range 1, the default scale: 8 bits of headroom)
     scale = QuantizationConfig.for_summands(N, clip_range=1.0, headroom_bits=8).scale
@@ -99,15 +118,16 @@ def test_a_25_million_parameter_model_is_never_silently_clipped(tmp_path, attemp
     final = torch.load(models / "final_model.pt")
     assert sum(v.numel() for v in initial.values()) >= 25_000_000
     torch.set_num_threads(1)
-    states = []
+    states, losses = [], []
     for k in range(N):  # plain FedAvg's round 1 with the seeds every replica of k used
         seed_as_the_mod(seed_id.group(1), protocol_round, k)
         net = task.Net(ROWS)
         net.load_state_dict(initial)
         trainset, _ = task.load_data(k, N, SMALL)
-        task.train(net, trainset, 1, LR)
+        losses.append(task.train(net, trainset, 1, LR))
         states.append(net.state_dict())
     ref = {name: sum(s[name] for s in states) / N for name in states[0]}
+    _check_train_metrics(models, losses, examples=SMALL, weight_bound=weight_bound)
     # every partition's update has entries beyond the default clip range: the test bites
     beyond = [sum(int(((s[n] - initial[n]).abs() > 1.0).sum()) for n in s) for s in states]
     assert min(beyond) > 0, beyond

@@ -1,5 +1,6 @@
 """quickstart: a Flower / PyTorch app with server-side evaluation."""
 
+import json
 import tempfile
 from pathlib import Path
 
@@ -55,3 +56,5 @@ def main(grid: Grid, context: Context) -> None:
     path = model_dir / "final_model.pt"
     print(f"\nSaving final model to {path}...")
     torch.save(result.arrays.to_torch_state_dict(), path)
+    metrics = {r: dict(m) for r, m in result.train_metrics_clientapp.items()}
+    (model_dir / "train_metrics.json").write_text(json.dumps(metrics))
