@@ -12,6 +12,7 @@ the figures (accuracy with DP against plain FedAvg) are printed.
 from __future__ import annotations
 
 import importlib.util
+import json
 import re
 import shutil
 from pathlib import Path
@@ -217,3 +218,8 @@ def test_message_api_dp_guide_runs(tmp_path: Path) -> None:
     # clipping mod on the whole ClientApp every one failed: 0 results and 4 failures)
     evaluations = re.findall(r"aggregate_evaluate: Received (\d+) results and (\d+) failures", out)
     assert evaluations and set(evaluations) == {("4", "0")}, evaluations
+    # the train metrics plain FedAvg shows, with no metric_keys set: Flower's fl-dp-sa example
+    # crashed after round 1 on a missing train_loss when they were dropped
+    saved = json.loads((models / "train_metrics.json").read_text())
+    assert set(saved) == {"1", "2"}, saved
+    assert all(set(m) == {"train_loss"} and m["train_loss"] > 0 for m in saved.values()), saved

@@ -1,5 +1,6 @@
 """quickstart: a Flower / PyTorch app."""
 
+import json
 import tempfile
 from pathlib import Path
 
@@ -41,3 +42,5 @@ def main(grid: Grid, context: Context) -> None:
     print(f"\nSaving final model to {path}...")
     state_dict = result.arrays.to_torch_state_dict()
     torch.save(state_dict, path)
+    metrics = {r: dict(m) for r, m in result.train_metrics_clientapp.items()}
+    (path.parent / "train_metrics.json").write_text(json.dumps(metrics))
