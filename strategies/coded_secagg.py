@@ -47,6 +47,7 @@ from .composable import (
     check_composable,
     check_dp_sampling,
     legacy_advice,
+    sampled_fraction,
 )
 from .driver import RoundDriver
 from .report import RoundReport, waiting_estimate
@@ -476,12 +477,12 @@ class CodedSecAgg(Strategy):
                 raise ConfigurationError(
                     f"the wrapped strategy's {attr}={v} exceeds the {n} silos: lower it to <= {n}"
                 )
-        frac = chain_attr(inner, "fraction_train", 1.0)
-        if isinstance(frac, (int, float)) and frac < 1.0:
+        sampled = sampled_fraction(inner)
+        if sampled is not None:  # refused at construction under a DP wrapper
             LOG.warning(
-                "[coded-fl] fraction_train=%s is ignored: every silo trains its "
+                "[coded-fl] %s=%s is ignored: every silo trains its "
                 "partitions in every round (gradient coding needs all of them)",
-                frac,
+                *sampled,
             )
 
     # ------------------------------------------------------------------ the run

@@ -51,6 +51,7 @@ __all__ = [
     "check_dp_sampling",
     "legacy_advice",
     "one_sum_reply",
+    "sampled_fraction",
 ]
 
 LOG = logging.getLogger("flwr")
@@ -199,19 +200,38 @@ def check_dp_sampling(strategy: object) -> None:
         Naming the setting, why, and the value to use.
     """
     wrappers = _fixed_clipping(strategy)
-    if not wrappers:
-        return
+    sampled = sampled_fraction(strategy)
+    if wrappers and sampled is not None:
+        attr, frac = sampled
+        raise ConfigurationError(
+            f"{attr}={frac} under {type(wrappers[0]).__name__}: coded secure aggregation "
+            "sums the clipped updates of all K partitions in every round (gradient coding "
+            "needs every one), so no client is sampled and the privacy amplification by "
+            f"sampling that {attr} < 1 implies does not hold. Set {attr}=1.0: the noise "
+            "std is then noise_multiplier * clipping_norm / K, what plain FedAvg adds with "
+            f"{attr}=1.0 over K clients"
+        )
+
+
+def sampled_fraction(strategy: object) -> tuple[str, float] | None:
+    """The client sampling the strategy (chain) asks for, which coded rounds cannot honour:
+    ``("fraction_train", f)`` (Message API) or ``("fraction_fit", f)`` (legacy) with f < 1,
+    or None.
+
+    Parameters
+    ----------
+    strategy
+        The strategy (chain).
+
+    Returns
+    -------
+    tuple[str, float] | None
+    """
     for attr in ("fraction_train", "fraction_fit"):
         frac = chain_attr(strategy, attr, 1.0)
         if isinstance(frac, (int, float)) and not isinstance(frac, bool) and frac < 1.0:
-            raise ConfigurationError(
-                f"{attr}={frac} under {type(wrappers[0]).__name__}: coded secure aggregation "
-                "sums the clipped updates of all K partitions in every round (gradient coding "
-                "needs every one), so no client is sampled and the privacy amplification by "
-                f"sampling that {attr} < 1 implies does not hold. Set {attr}=1.0: the noise "
-                "std is then noise_multiplier * clipping_norm / K, what plain FedAvg adds with "
-                f"{attr}=1.0 over K clients"
-            )
+            return attr, float(frac)
+    return None
 
 
 def calibrate_noise(strategy: object, num_partitions: int) -> None:
