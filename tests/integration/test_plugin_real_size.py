@@ -26,6 +26,27 @@ PROJECT = Path(__file__).with_name("quickstart_large")
 N, PARTITION = 4, 20_000
 
 
+#: The default quantization scale at N summands (clip_range 1, 8 bits of headroom).
+SCALE = QuantizationConfig.for_summands(N, clip_range=1.0, headroom_bits=8).scale
+
+
+def _plain_round_one(task, initial, seed_id: str, protocol_round: int, *, rows, examples, lr):
+    """Plain FedAvg's round 1, retrained here with the seeds every replica of each partition
+    used: the partitions' trained states, their losses and the average (equal partition
+    sizes: FedAvg's weights are equal)."""
+    torch.set_num_threads(1)
+    states, losses = [], []
+    for k in range(N):
+        seed_as_the_mod(seed_id, protocol_round, k)
+        net = task.Net(rows)
+        net.load_state_dict(initial)
+        trainset, _ = task.load_data(k, N, examples)
+        losses.append(task.train(net, trainset, 1, lr))
+        states.append(net.state_dict())
+    ref = {name: sum(st[name] for st in states) / N for name in states[0]}
+    return states, losses, ref
+
+
 def _check_train_metrics(models, losses: list[float], *, examples: int, weight_bound: int) -> None:
     """The run's aggregated train metrics (Flower's Result, saved by the project) are plain
     FedAvg's: the example-weighted mean of the partitions' ``train_loss`` (equal sizes: the
@@ -37,8 +58,7 @@ def _check_train_metrics(models, losses: list[float], *, examples: int, weight_b
     want = sum(losses) / len(losses)
     # quantization error: a metric travels as rho_k m c / METRIC_BOUND (c = 1), K roundings of
     # step 1 / scale, read back times METRIC_BOUND / (c sum_k rho_k)
-    scale = QuantizationConfig.for_summands(N, clip_range=1.0, headroom_bits=8).scale
-    bound = N / scale * METRIC_BOUND / (N * examples / weight_bound)
+    bound = N / SCALE * METRIC_BOUND / (N * examples / weight_bound)
     assert abs(got["train_loss"] - want) <= bound + 1e-6, (got, want, bound)
 
 
@@ -60,22 +80,13 @@ def test_the_guide_at_a_real_dataset_size_matches_plain_fedavg_round_one(tmp_pat
     task = project_task(tmp_path / "quickstart", "quickstart_large_task")
     initial = torch.load(models / "initial_model.pt")
     final = torch.load(models / "final_model.pt")
-    torch.set_num_threads(1)
-    states, losses = [], []
-    for k in range(N):  # plain FedAvg's round 1 with the seeds every replica of k used
-        seed_as_the_mod(seed_id.group(1), protocol_round, k)
-        net = task.Net()
-        net.load_state_dict(initial)
-        trainset, _ = task.load_data(k, N)
-        losses.append(task.train(net, trainset, 1, 0.05))
-        states.append(net.state_dict())
-    # equal partition sizes: FedAvg's weights are equal
-    ref = {name: sum(s[name] for s in states) / N for name in states[0]}
+    _, losses, ref = _plain_round_one(
+        task, initial, seed_id.group(1), protocol_round, rows=0, examples=PARTITION, lr=0.05
+    )
     _check_train_metrics(models, losses, examples=PARTITION, weight_bound=32_768)
     # quantization error: K stochastic roundings of step 1/scale, divided by the total weight
     # sum_k w_k / W (clip_range 1, the default scale: 8 bits of headroom)
-    scale = QuantizationConfig.for_summands(N, clip_range=1.0, headroom_bits=8).scale
-    bound = N / scale / (N * PARTITION / 32_768)
+    bound = N / SCALE / (N * PARTITION / 32_768)
     worst = max(float((final[name] - ref[name]).abs().max()) for name in ref)
     moved = max(float((ref[name] - initial[name]).abs().max()) for name in ref)
     print(
@@ -117,16 +128,9 @@ def test_a_25_million_parameter_model_is_never_silently_clipped(tmp_path, attemp
     initial = torch.load(models / "initial_model.pt")
     final = torch.load(models / "final_model.pt")
     assert sum(v.numel() for v in initial.values()) >= 25_000_000
-    torch.set_num_threads(1)
-    states, losses = [], []
-    for k in range(N):  # plain FedAvg's round 1 with the seeds every replica of k used
-        seed_as_the_mod(seed_id.group(1), protocol_round, k)
-        net = task.Net(ROWS)
-        net.load_state_dict(initial)
-        trainset, _ = task.load_data(k, N, SMALL)
-        losses.append(task.train(net, trainset, 1, LR))
-        states.append(net.state_dict())
-    ref = {name: sum(s[name] for s in states) / N for name in states[0]}
+    states, losses, ref = _plain_round_one(
+        task, initial, seed_id.group(1), protocol_round, rows=ROWS, examples=SMALL, lr=LR
+    )
     _check_train_metrics(models, losses, examples=SMALL, weight_bound=weight_bound)
     # every partition's update has entries beyond the default clip range: the test bites
     beyond = [sum(int(((s[n] - initial[n]).abs() > 1.0).sum()) for n in s) for s in states]
@@ -134,8 +138,7 @@ def test_a_25_million_parameter_model_is_never_silently_clipped(tmp_path, attemp
     assert widened, out[-3000:]  # so the clip signal saw them and the round was rerun wider
     # quantization error at the clip range applied: K roundings of step clip / scale, divided
     # by the total weight sum_k w_k / W
-    scale = QuantizationConfig.for_summands(N, clip_range=1.0, headroom_bits=8).scale
-    bound = N * clip / scale / (N * SMALL / weight_bound)
+    bound = N * clip / SCALE / (N * SMALL / weight_bound)
     worst = max(float((final[name] - ref[name]).abs().max()) for name in ref)
     print(f"entries beyond 1.0: {beyond}; max |coded - plain| = {worst:.3g} (bound {bound:.3g})")
     assert worst <= bound + 1e-6, (worst, bound)
