@@ -17,9 +17,15 @@ A recipe next to :class:`strategies.CodedSecAgg` (it wraps one, and a
    (``codedfl.partition-units``), from which :func:`clients.data.partition_arrays` reads
    partition k's units out of the silo's store.
 3. **Reshuffle** (before rounds E + 1, 2E + 1, ...; ``reshuffle_every`` = E, 0 = never):
-   every unit is dealt to a random partition
-   (:func:`~coded_fl.shuffling.partitions.mixed_partitions`), the holders follow from B again,
-   and one shuffle epoch moves the units, from what each silo verifiably holds.
+   the coordinator draws the next partition map, the holders follow from B again, and one
+   shuffle epoch moves the units, from what each silo verifiably holds. ``reshuffle="coded"``
+   pairs units across partitions whose holder sets meet
+   (:func:`~coded_fl.shuffling.partitions.swapped_partitions`), and each pair goes as one XOR
+   from a silo that holds both: half the uploads of sending each moved unit once. It needs
+   overlapping supports (the polynomial code); the repetition code's disjoint groups admit no
+   coded reshuffle at all (``docs/shuffling.md``), so there ``"auto"`` (the default) deals
+   every unit to a uniformly random partition
+   (:func:`~coded_fl.shuffling.partitions.mixed_partitions`, ``reshuffle="uniform"``).
 
 Failures: the server's view of each silo's store (:class:`~coded_fl.shuffling.partitions.
 Holdings`) follows every epoch's outcome; a silo that missed part of an epoch keeps its old
@@ -54,6 +60,8 @@ from coded_fl.shuffling.partitions import (
     own_assignment,
     own_partitions,
     partition_holders,
+    swap_partners,
+    swapped_partitions,
 )
 from coded_fl.shuffling.results import ShuffleResult
 from coded_fl.shuffling.wire import ShuffleJob
@@ -150,6 +158,11 @@ class ShuffledTraining:
         once and the relay forwards it to all of its new holders (the s + 1 silos of its
         partition's support): 1/s of plain copying's uploads for the placement, 1/(s + 1) for a
         reshuffle between disjoint supports; each silo still downloads every unit it lacks.
+    reshuffle
+        How the coordinator draws a reshuffle's partition map: ``"coded"`` (pairs of units
+        traded between partner partitions, one XOR per pair; needs a code whose supports
+        overlap, e.g. ``code="polynomial"``), ``"uniform"`` (every unit to a uniformly random
+        partition, each moved unit sent once) or ``"auto"``: coded when the code allows it.
     seed
         Seeds the reshuffles' permutations (the same seed gives the same partitions).
     placement_retries
@@ -179,6 +192,7 @@ class ShuffledTraining:
     units_per_silo: int
     reshuffle_every: int = 0
     t: int = 0
+    reshuffle: str = "auto"
     seed: int = 0
     placement_retries: int = 2
     settle_timeout: float = 0.0
@@ -205,6 +219,20 @@ class ShuffledTraining:
             )
         self.K = int(self.strategy.num_silos)
         self.support = self.strategy.gradient_code(self.K).matrix != 0
+        if self.reshuffle not in ("auto", "coded", "uniform"):
+            raise ConfigurationError(
+                f"reshuffle must be 'auto', 'coded' or 'uniform', got {self.reshuffle!r}"
+            )
+        codable = any(swap_partners(self.support).values())
+        if self.reshuffle == "coded" and not codable:
+            raise ConfigurationError(
+                "reshuffle='coded' needs a gradient code whose partitions' holder sets overlap "
+                "(code='polynomial'): this code's groups are disjoint, so no silo holds two "
+                "units that trade places and every moved unit must be sent alone (the fan-out "
+                "is already the least any scheme uploads there); use reshuffle='uniform' or "
+                "'auto'"
+            )
+        self.coded_reshuffle = codable and self.reshuffle != "uniform"
         self.parts = own_partitions(self.K, self.units_per_silo)
         self.holdings = Holdings.from_assignment(own_assignment(self.parts), self.K)
         self._rng = np.random.default_rng(self.seed)
@@ -329,7 +357,11 @@ class ShuffledTraining:
                         f"[coded-fl shuffle] nodes {busy} still had not answered round {r - 1} "
                         f"after {self.settle_timeout:g}s; reshuffling anyway"
                     )
-                self.parts = mixed_partitions(self.parts, rng=self._rng)
+                self.parts = (
+                    swapped_partitions(self.parts, self.support, rng=self._rng)
+                    if self.coded_reshuffle
+                    else mixed_partitions(self.parts, rng=self._rng)
+                )
                 self.shuffle(run_id, len(self.results) + 1, before_round=r, waited=waited)
             return ConfigRecord({PARTITION_UNITS_ENTRY: partition_units_json(self.parts)})
 

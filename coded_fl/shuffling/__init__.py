@@ -47,11 +47,15 @@ from coded_fl.shuffling.session import (
 from coded_fl.shuffling.silo import check_holdings, commit_delivery, install_silo, load_silo
 from coded_fl.shuffling.store import UnitStore
 from coded_fl.shuffling.theory import (
+    acyclic_bound,
     centralized_load,
     centralized_lower_bound,
     decentralized_load,
     fanout_load,
+    holder_cut_bound,
+    reshuffle_bounds,
     storage_for_level,
+    swap_fanout_load,
     uncoded_load,
     worst_case_loads,
 )
@@ -82,6 +86,7 @@ __all__ = [
     "UnitManifest",
     "UnitSpec",
     "UnitStore",
+    "acyclic_bound",
     "assignment_from_support",
     "batch_assignment",
     "cached_subfiles",
@@ -97,6 +102,7 @@ __all__ = [
     "digest",
     "encode",
     "fanout_load",
+    "holder_cut_bound",
     "install_silo",
     "largest_level",
     "load_silo",
@@ -104,9 +110,11 @@ __all__ = [
     "open_group_key",
     "plan_shuffle",
     "relay_plan",
+    "reshuffle_bounds",
     "run_loopback",
     "shifted_assignment",
     "storage_for_level",
+    "swap_fanout_load",
     "uncoded_load",
     "worst_case_loads",
 ]

@@ -4,7 +4,9 @@ A party's data lives in a :class:`SegmentBuffer`: one zero-initialised ``uint8``
 ``n_units x unit_size`` bytes, seen as rows of ``piece_size`` bytes (one row per segment of the
 plan), plus a mask of the rows the party knows (its units in full, its cached subfiles, what it
 decoded). Encoding message i XORs its term rows; decoding writes ``payload ^ (XOR of the known
-terms)`` into the one row the silo is meant to learn. Both run in one fused numba loop over
+terms)`` into the one row the silo is meant to learn. A segment meant for several receivers
+(the relay's fan-out) appears as consecutive equal terms, one per receiver, and is XORed once.
+Both run in one fused numba loop over
 64-bit words (bytes when the piece size is not a multiple of 8): every source byte is read once.
 
 Nothing is decoded from rows the party does not know: a missing term raises
@@ -50,7 +52,7 @@ def _xor_encode(src, ptr, rows, idx, out):  # pragma: no cover - compiled
         for x in range(width):
             o[x] = first[x]
         for j in range(ptr[m] + 1, ptr[m + 1]):
-            if rows[j] == r0:  # a fan-out message: one segment, one term per receiver
+            if rows[j] == rows[j - 1]:  # the same segment for another receiver: XORed once
                 continue
             s = src[rows[j]]
             for x in range(width):
@@ -68,7 +70,8 @@ def _xor_decode(buf, ptr, rows, idx, target, payloads):  # pragma: no cover - co
             o[x] = p[x]
         r = rows[target[b]]
         for j in range(ptr[m], ptr[m + 1]):
-            if rows[j] != r:  # skips its own term, and the others' of a fan-out message
+            # every other distinct segment once: its own segment and repeats are skipped
+            if rows[j] != r and (j == ptr[m] or rows[j] != rows[j - 1]):
                 s = buf[rows[j]]
                 for x in range(width):
                     o[x] ^= s[x]
@@ -253,8 +256,8 @@ def decode(
 ) -> np.ndarray:
     """Decode messages ``indices`` (payloads row by row) into a silo's buffer.
 
-    For each message, the one term meant for ``silo`` is ``payload ^ (XOR of the other terms)``
-    (a fan-out message's other terms are the same segment for other receivers: none is XORed);
+    For each message, the one term meant for ``silo`` is ``payload ^ (XOR of the other distinct
+    segments)`` (a segment repeated for several receivers is XORed once, its own not at all);
     it is written into ``buf`` and marked known. Nothing is written unless every message
     passes the checks.
 

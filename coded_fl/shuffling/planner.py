@@ -15,14 +15,17 @@ Schemes (loads and sources in :mod:`coded_fl.shuffling.theory`):
     other silos of S, all of which it caches. At t = 0 a holder sends each needed unit whole,
     once: the relay forwards that one message to every silo that needs the unit (fan-out; with
     the gradient code a unit's new holders are the s + 1 silos of its partition's support).
+    Two units that trade holder sets A and B (A and B meeting) go as one XOR from a silo of
+    both: each new holder of one holds the other (the coded reshuffle of the gradient code's
+    replicas, :func:`~coded_fl.shuffling.partitions.swapped_partitions`).
 ``uncoded`` (``coded=False``)
     The baseline: every missing subfile (or piece) is its own message.
 
 Every message is the XOR of equally long segments (``layout.piece_size`` bytes), and every term of
 a message is decoded by exactly one silo (``term_silo``), which knows all the other terms: decoding
-is one XOR pass per message, no elimination. A message's segments are either all distinct, or
-(the t = 0 fan-out) one segment repeated once per receiver: it carries that segment alone
-(encoding and decoding XOR distinct segments only). XOR already meets the uncoded-storage lower
+is one XOR pass per message, no elimination. A segment meant for several receivers (the t = 0
+fan-out) appears as consecutive equal terms, one per receiver; encoding and decoding XOR each
+distinct segment once. XOR already meets the uncoded-storage lower
 bound in the centralized setting (theory module), so GF(2^8) combinations would not lower the
 load there.
 
@@ -58,7 +61,7 @@ from coded_fl.shuffling.placement import (
 from coded_fl.shuffling.theory import (
     centralized_load,
     decentralized_load,
-    fanout_load,
+    swap_fanout_load,
     uncoded_load,
 )
 from coded_fl.shuffling.units import Layout, UnitId, UnitManifest
@@ -153,7 +156,7 @@ class ShufflePlan:
         if self.mode == "centralized":
             return centralized_load(self.K, self.t, m)
         if self.t == 0:
-            return fanout_load(self.needs)
+            return swap_fanout_load(self.holders, self.target)
         return decentralized_load(self.K, self.t, m)
 
     # -- routing -----------------------------------------------------------------------------
@@ -314,8 +317,11 @@ def plan_shuffle(
                 f"units missing from every silo: {lost}: at t = 0 only a holder can send a unit; "
                 "give them to some silo, use a storage level t >= 1, or a centralized sender"
             )
-    build = _coded if coded else _uncoded
-    sender, ptr, rows, silos = build(K, t, mode, needs, holders, layout)
+    if coded and mode == "decentralized" and t == 0:
+        sender, ptr, rows, silos = _fanout(K, needs, holders, target, layout)
+    else:
+        build = _coded if coded else _uncoded
+        sender, ptr, rows, silos = build(K, t, mode, needs, holders, layout)
     plan_id = _plan_id(K, t, mode, coded, manifest, layout, holders, target)
     return ShufflePlan(
         K,
@@ -412,8 +418,6 @@ def _coded(
 ) -> _Arrays:
     if t == K or not any(needs):
         return _pack([])
-    if mode == "decentralized" and t == 0:
-        return _fanout(K, needs, holders, layout)
     groups = subsets(K, t + 1)  # (nS, t+1): every (t+1)-set S
     # sub[:, p]: subfile index of S minus its p-th member
     sub = np.stack([colex_rank(np.delete(groups, p, axis=1)) for p in range(t + 1)], axis=1)
@@ -452,21 +456,43 @@ def _fanout(
     K: int,
     needs: tuple[tuple[int, ...], ...],
     holders: tuple[frozenset[int], ...],
+    target: tuple[frozenset[int], ...],
     layout: Layout,
 ) -> _Arrays:
-    """t = 0, decentralized: each needed unit once, from its lowest holder, with one term (the
-    same segment) per silo that needs it; the relay forwards it to all of them."""
+    """t = 0, decentralized: each needed unit once, with one term (the same segment) per silo
+    that needs it; the relay forwards it to all of them. Units that trade holder sets (one
+    going from A to B, the other from B to A, with A and B meeting) go in pairs, as one XOR
+    sent by a silo of both (:func:`~coded_fl.shuffling.theory.swap_fanout_load`): every new
+    holder of one holds the other. A lone unit comes from its lowest holder; the senders of a
+    class pair's XORs take turns over the silos of A and B."""
     receivers: dict[int, list[int]] = {}
     for k, units in enumerate(needs):
         for n in units:
             receivers.setdefault(n, []).append(k)
     if not receivers:
         return _pack([])
-    order = sorted(receivers)
-    counts = np.array([len(receivers[n]) for n in order], dtype=np.int64)
-    rows = np.repeat(np.array(order, dtype=np.int64) * layout.segments_per_unit, counts)
-    silos = np.array([k for n in order for k in receivers[n]], dtype=np.int64)
-    sender = np.array([min(holders[n]) for n in order], dtype=np.int64)
+    classes: dict[tuple[frozenset[int], frozenset[int]], list[int]] = {}
+    for n in sorted(receivers):
+        classes.setdefault((holders[n], target[n]), []).append(n)
+    messages: list[tuple[int, tuple[int, ...]]] = []  # (sender, units in increasing order)
+    for (a, b), moved in sorted(classes.items(), key=lambda c: (sorted(c[0][0]), sorted(c[0][1]))):
+        back = classes.get((b, a), [])
+        common = sorted(a & b)
+        if common and back:
+            if sorted(a) > sorted(b):  # the pair (B, A) took these already
+                continue
+            for i, (u, v) in enumerate(zip(moved, back, strict=False)):
+                messages.append((common[i % len(common)], (min(u, v), max(u, v))))
+            rest = moved[len(back) :] + back[len(moved) :]
+        else:
+            rest = moved
+        messages.extend((min(holders[n]), (n,)) for n in rest)
+    messages.sort(key=lambda m: m[1])
+    sender = np.array([m[0] for m in messages], dtype=np.int64)
+    counts = np.array([sum(len(receivers[n]) for n in m[1]) for m in messages], dtype=np.int64)
+    unit_terms = [n for m in messages for n in m[1] for _ in receivers[n]]
+    rows = np.array(unit_terms, dtype=np.int64) * layout.segments_per_unit
+    silos = np.array([k for m in messages for n in m[1] for k in receivers[n]], dtype=np.int64)
     return _pack([(sender, counts, rows, silos)])
 
 
@@ -525,7 +551,7 @@ def _plan_id(
     holders: tuple[frozenset[int], ...],
     target: tuple[frozenset[int], ...],
 ) -> bytes:
-    h = hashlib.sha256(b"codedfl-shuffle-plan-v2")  # v2: the t = 0 fan-out
+    h = hashlib.sha256(b"codedfl-shuffle-plan-v3")  # v3: the t = 0 fan-out pairs swaps
     h.update(f"{K}:{t}:{mode}:{int(coded)}:{layout.n_subfiles}:{layout.n_pieces}".encode())
     h.update(f":{layout.piece_size}".encode() + manifest.fingerprint())
     for group in (holders, target):

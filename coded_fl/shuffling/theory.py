@@ -58,17 +58,23 @@ centralized scheme sends :math:`\max_{k \in S} m_k` XORs for each (t+1)-set S
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Hashable, Iterable, Sequence
 from math import comb
+
+import numpy as np
 
 from coded_fl.errors import ConfigurationError
 
 __all__ = [
+    "acyclic_bound",
     "centralized_load",
     "centralized_lower_bound",
     "decentralized_load",
     "fanout_load",
+    "holder_cut_bound",
+    "reshuffle_bounds",
     "storage_for_level",
+    "swap_fanout_load",
     "uncoded_load",
     "worst_case_loads",
 ]
@@ -267,6 +273,224 @@ def fanout_load(needs: Sequence[Iterable[int]]) -> float:
     3.0
     """
     return float(len(set().union(*(set(n) for n in needs)))) if needs else 0.0
+
+
+def swap_fanout_load(holders: Sequence[frozenset[int]], target: Sequence[frozenset[int]]) -> float:
+    """Load of the t = 0 decentralized scheme with swaps: the fan-out, where every pair of units
+    that trade holder sets is sent as one XOR.
+
+    Units are grouped by (holders now A, holders next B); a unit is *moved* when B is not inside
+    A. For every unordered pair of classes (A, B) and (B, A) whose sets meet, min of their sizes
+    pairs are formed: a silo of A and B holds both units and sends their XOR once; every new
+    holder of the one (a silo of B outside A) holds the other, so each decodes what it lacks,
+    and the relay forwards the XOR to the new holders of both. The other moved units go alone
+    (:func:`fanout_load`). Classes whose sets are disjoint (the repetition code's groups) pair
+    nothing: the load is then the plain fan-out.
+
+    Parameters
+    ----------
+    holders, target
+        The current and next holders of each unit (any order, the same in both).
+
+    Returns
+    -------
+    float
+        Messages, in units: for each such class pair max(|A->B|, |B->A|), for every other
+        moved class its size.
+
+    Examples
+    --------
+    >>> A, B, C = frozenset({0, 1, 2}), frozenset({1, 2, 3}), frozenset({5, 6, 7})
+    >>> swap_fanout_load([A, A, B], [B, B, A])  # two units A->B, one B->A: one XOR, one alone
+    2.0
+    >>> swap_fanout_load([A, C], [C, A])  # disjoint holders: no silo holds both
+    2.0
+    """
+    counts: dict[tuple[frozenset[int], frozenset[int]], int] = {}
+    for a, b in zip(holders, target, strict=True):
+        if not b <= a:
+            counts[(a, b)] = counts.get((a, b), 0) + 1
+    total = 0
+    for (a, b), c in counts.items():
+        back = counts.get((b, a), 0)
+        if a & b and back:
+            total += max(c, back) if _canonical(a, b) else 0  # each class pair counted once
+        else:
+            total += c
+    return float(total)
+
+
+def _canonical(a: frozenset[int], b: frozenset[int]) -> bool:
+    return sorted(a) < sorted(b)
+
+
+def acyclic_bound(
+    needs: Sequence[Iterable[Hashable]],
+    side: Sequence[Iterable[Hashable]],
+    *,
+    orders: int = 64,
+    seed: int = 0,
+) -> float:
+    r"""A lower bound on the load of *any* scheme that delivers ``needs`` to silos holding
+    ``side`` (units of equal size, independent, uncoded side information).
+
+    The acyclic index-coding bound: for every order :math:`k_1, \dots, k_K` of the silos, a
+    receiver given the side information of :math:`k_1..k_i` and the demands of
+    :math:`k_1..k_{i-1}` decodes :math:`k_i`'s demand from the messages, so the load is at
+    least :math:`\sum_i |W_{k_i} \setminus (Z_{k_1} \cup \dots \cup Z_{k_i} \cup
+    W_{k_1} \cup \dots \cup W_{k_{i-1}})|`. Every order gives a valid bound; this returns
+    the largest over a greedy order (each step the silo adding the most) and ``orders`` random
+    orders. It holds for one sender that knows everything, hence for the silos through a relay
+    or over direct links too (the sender can emulate them).
+
+    Parameters
+    ----------
+    needs
+        ``needs[k]``: the units silo k must receive.
+    side
+        ``side[k]``: the units silo k holds.
+    orders
+        Random orders tried besides the greedy one.
+    seed
+        Seeds the random orders (the bound is deterministic).
+
+    Returns
+    -------
+    float
+        The bound, in units.
+
+    Examples
+    --------
+    >>> acyclic_bound([{1}, {0}], [{0}, {1}])  # a swap: one XOR suffices, and is needed
+    1.0
+    >>> acyclic_bound([{1}, {0}], [set(), set()])  # no side information: both are needed
+    2.0
+    """
+    W = [set(n) for n in needs]
+    Z = [set(z) for z in side]
+    K = len(W)
+
+    def value(order: Sequence[int]) -> int:
+        seen: set[Hashable] = set()
+        total = 0
+        for k in order:
+            seen |= Z[k]
+            total += len(W[k] - seen)
+            seen |= W[k]
+        return total
+
+    greedy: list[int] = []
+    seen: set[Hashable] = set()
+    left = set(range(K))
+    while left:
+        k = max(sorted(left), key=lambda j: len(W[j] - (seen | Z[j])))
+        greedy.append(k)
+        seen |= Z[k] | W[k]
+        left.remove(k)
+    best = value(greedy)
+    rng = np.random.default_rng(seed)
+    for _ in range(orders):
+        best = max(best, value(rng.permutation(K).tolist()))
+    return float(best)
+
+
+def holder_cut_bound(holders: Sequence[frozenset[int]], target: Sequence[frozenset[int]]) -> float:
+    """A lower bound on the silos' total upload for any decentralized scheme (relay or direct
+    links, any number of rounds): a cut around disjoint holder sets.
+
+    A unit held only inside a silo set S and needed by some silo outside S must leave S: the
+    silos outside S know nothing of it, so S's uploads carry at least those units in full.
+    Uploads of disjoint sets add up, so the load is at least the largest sum over pairwise
+    disjoint holder sets S of the units held only within S and needed outside it (searched
+    exactly over the distinct holder sets when there are at most 20 of them, else greedily by
+    weight: still a valid bound).
+
+    For the repetition code, whose groups are disjoint and every unit held by exactly one
+    group, this equals the plain fan-out (:func:`fanout_load`): no coding of any kind lowers
+    the upload of a reshuffle below sending each moved unit once.
+
+    Parameters
+    ----------
+    holders, target
+        The current and next holders of each unit.
+
+    Returns
+    -------
+    float
+        The bound, in units.
+
+    Examples
+    --------
+    >>> g0, g1 = frozenset({0, 1, 2}), frozenset({3, 4, 5})
+    >>> holder_cut_bound([g0, g0, g1], [g1, g0, g0])  # two units leave their group
+    2.0
+    """
+    sets = sorted({h for h in holders if h}, key=sorted)
+    weight = []
+    for S in sets:
+        weight.append(
+            sum(1 for a, b in zip(holders, target, strict=True) if a and a <= S and not b <= S)
+        )
+    cand = [(S, w) for S, w in zip(sets, weight, strict=True) if w]
+    if len(cand) <= 20:
+        best = 0
+        for mask in range(1 << len(cand)):
+            chosen = [cand[i] for i in range(len(cand)) if mask >> i & 1]
+            union: set[int] = set()
+            ok = True
+            for S, _ in chosen:
+                if union & S:
+                    ok = False
+                    break
+                union |= S
+            if ok:
+                best = max(best, sum(w for _, w in chosen))
+        return float(best)
+    used: set[int] = set()
+    total = 0
+    for S, w in sorted(cand, key=lambda x: (-x[1], sorted(x[0]))):
+        if not used & S:
+            used |= S
+            total += w
+    return float(total)
+
+
+def reshuffle_bounds(
+    holders: Sequence[frozenset[int]], target: Sequence[frozenset[int]], K: int
+) -> dict[str, float]:
+    """Every load figure of one reshuffle at t = 0 (the gradient code's replicas as the only
+    side information), in units.
+
+    Parameters
+    ----------
+    holders, target
+        The current and next holders of each unit.
+    K
+        The number of silos.
+
+    Returns
+    -------
+    dict of str to float
+        ``plain_copy`` (one upload per receiver), ``fanout`` (each moved unit once),
+        ``swap_fanout`` (the scheme: :func:`swap_fanout_load`), ``acyclic``
+        (:func:`acyclic_bound`), ``cut`` (:func:`holder_cut_bound`) and ``converse``, the
+        larger of the two bounds.
+    """
+    needs = [
+        {n for n, (a, b) in enumerate(zip(holders, target, strict=True)) if k in b and k not in a}
+        for k in range(K)
+    ]
+    side = [{n for n, a in enumerate(holders) if k in a} for k in range(K)]
+    acyc = acyclic_bound(needs, side)
+    cut = holder_cut_bound(holders, target)
+    return {
+        "plain_copy": float(sum(len(n) for n in needs)),
+        "fanout": fanout_load(needs),
+        "swap_fanout": swap_fanout_load(holders, target),
+        "acyclic": acyc,
+        "cut": cut,
+        "converse": max(acyc, cut),
+    }
 
 
 def centralized_lower_bound(K: int, q: float, M: float) -> float:

@@ -292,6 +292,7 @@ def main(grid: Grid, context: Context) -> None:
                 ),
                 units_per_silo=int(rc.get("units-per-silo", 8)),
                 reshuffle_every=int(rc.get("reshuffle-every", 5)),
+                reshuffle=str(rc.get("reshuffle", "auto")),
                 seed=seed,
                 progress=say,
             )

@@ -98,6 +98,7 @@ def make_server_app(opts: argparse.Namespace, out: dict[str, Any]) -> ServerApp:
             num_silos=n,
             num_stragglers=opts.s,
             privacy_threshold=opts.T,
+            code=opts.code,
             metric_keys=("train_loss",),
             round_timeout=600.0,
             progress=lambda rep: print(rep.line(), flush=True),
@@ -107,6 +108,7 @@ def make_server_app(opts: argparse.Namespace, out: dict[str, Any]) -> ServerApp:
             ShuffleRelay(grid, stage_timeout=120.0),
             units_per_silo=opts.units,
             reshuffle_every=opts.every,
+            reshuffle=opts.reshuffle,
             seed=opts.seed,
             progress=lambda line: print(line, flush=True),
         )
@@ -127,6 +129,15 @@ def make_server_app(opts: argparse.Namespace, out: dict[str, Any]) -> ServerApp:
         out["round_seconds"] = sum(r.seconds for r in run.reports)
         job = run.results[0].job
         out["message_bytes"] = [res.message_bytes for res in run.results]
+        out["transfers"] = [
+            {
+                "uplink_bytes": res.uplink_bytes,
+                "downlink_bytes": res.downlink_bytes,
+                "uncoded_uplink_bytes": res.uncoded_uplink_bytes,
+                "uncoded_downlink_bytes": res.uncoded_downlink_bytes,
+            }
+            for res in run.results
+        ]
         out["stage_seconds"] = [dict(res.seconds) for res in run.results]
         out["support_partitions_per_silo"] = int(run.support.sum(axis=1).max())
         out["n_units"] = len(job.units)
@@ -144,6 +155,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=30)
     ap.add_argument("--every", type=int, default=0, help="reshuffle every E rounds (0: never)")
     ap.add_argument("--alpha", type=float, default=0.3, help="0: IID own data")
+    ap.add_argument("--code", default="auto", help="the gradient code (auto: repetition)")
+    ap.add_argument("--reshuffle", default="auto", help="coded, uniform or auto")
     ap.add_argument("--units", type=int, default=8, help="units per silo")
     ap.add_argument("--epochs", type=int, default=2)
     ap.add_argument("--lr", type=float, default=0.1)
