@@ -166,8 +166,9 @@ class ShuffledTraining:
     seed
         Seeds the reshuffles' permutations (the same seed gives the same partitions).
     placement_retries
-        Placement epochs to run again (moving only what is missing) while more than s silos
-        lack their partitions: no round could complete.
+        Epochs to run again after a placement or reshuffle (moving only what is missing, not
+        from the silos that were silent) while more than s silos lack their partitions: no
+        round could complete.
     settle_timeout
         Before a reshuffle, the longest wait for the previous rounds' stragglers to answer
         (:meth:`CodedSecAgg.settle`; 0, the default: no wait). In Flower's simulation engine
@@ -240,7 +241,13 @@ class ShuffledTraining:
 
     # ------------------------------------------------------------------ epochs
     def shuffle(
-        self, run_id: str, epoch: int, before_round: int, *, waited: float = 0.0
+        self,
+        run_id: str,
+        epoch: int,
+        before_round: int,
+        *,
+        waited: float = 0.0,
+        avoid: frozenset[int] = frozenset(),
     ) -> EpochBytes:
         """One epoch from what the silos hold now to the placement of :attr:`parts`.
 
@@ -248,14 +255,19 @@ class ShuffledTraining:
         delivery reply lost after its commit), the view takes the reported holdings (the relay
         stops such an epoch before any key or data moves when the stale silo had to send), and
         an epoch that did not complete is planned again once, under the next epoch number.
+        ``avoid``: silos not to send from (the silent ones of an epoch planned again,
+        :meth:`place`): each unit comes from another of its holders if it has one.
         ``waited``: seconds already spent for this epoch (the settle before a reshuffle),
         counted in its :attr:`EpochBytes.seconds`."""
         spent = float(waited)
         for attempt in range(2):
+            current = self.holdings.assignment()
+            if avoid:  # units come from their other holders where they have any
+                current = {u: (h - avoid) or h for u, h in current.items()}
             job = ShuffleJob.make(
                 run_id=run_id,
                 epoch=epoch + attempt,
-                current=self.holdings.assignment(),
+                current=current,
                 nxt=code_assignment(self.support, self.parts),
                 K=self.K,
                 t=self.t,
@@ -271,11 +283,8 @@ class ShuffledTraining:
                 f"[coded-fl shuffle] epoch {job.epoch}: the view of the stores was stale "
                 f"({res.aborted}); planning again from what the silos reported"
             )
-        ready = [
-            k
-            for k in range(self.K)
-            if self.holdings.ready(k, partition_holders(self.support, k), self.parts)
-        ]
+        unready = self._unready()
+        ready = [k for k in range(self.K) if k not in unready]
         out = EpochBytes(
             epoch=job.epoch,
             before_round=before_round,
@@ -292,6 +301,43 @@ class ShuffledTraining:
         self.epochs.append(out)
         self._say(out.line())
         return out
+
+    def place(self, run_id: str, before_round: int, *, waited: float = 0.0) -> EpochBytes:
+        """One epoch to :attr:`parts`, then up to :attr:`placement_retries` more while more
+        than s silos lack their partitions (no round could complete): each moves only what is
+        missing, and sends nothing from the silos that were silent senders in the epoch
+        before (the senders others' missing units waited on). A silent sender costs the
+        receivers of all its messages their units (with coded reshuffles both units of each
+        of its pairs); their other holders send them instead. The silent silo is not counted
+        as a holder in that epoch, so it is sent again what it holds of its own partitions
+        (a store commits a unit it has once).
+
+        Returns
+        -------
+        EpochBytes
+            The last epoch's figures.
+        """
+        out = self.shuffle(run_id, len(self.results) + 1, before_round, waited=waited)
+        for _ in range(self.placement_retries):
+            if len(out.incomplete) <= int(self.strategy.num_stragglers):
+                break
+            last = self.results[-1]
+            silent = {k for o in last.silos for k in o.waiting_on if 0 <= k < self.K}
+            self._say(
+                f"[coded-fl shuffle] {len(out.incomplete)} silos lack their partitions, more "
+                f"than s = {self.strategy.num_stragglers}; moving what is missing again, not "
+                f"from the silent silos {sorted(silent)}"
+            )
+            out = self.shuffle(run_id, len(self.results) + 1, before_round, avoid=frozenset(silent))
+        return out
+
+    def _unready(self) -> list[int]:
+        """Silos that do not hold every unit of their partitions (stragglers of the rounds)."""
+        return [
+            k
+            for k in range(self.K)
+            if not self.holdings.ready(k, partition_holders(self.support, k), self.parts)
+        ]
 
     def silo_nodes(self, grid: Grid) -> list[int]:
         """Silo i's node: the node shuffle member i answered from (members that never
@@ -339,12 +385,7 @@ class ShuffledTraining:
             Flower's result of the run.
         """
         run_id = f"flwr-run-{getattr(grid.run, 'run_id', 0)}"
-        self.shuffle(run_id, 1, before_round=1)
-        spare = int(self.strategy.num_stragglers)
-        for _ in range(self.placement_retries):  # a round needs all but s silos placed
-            if len(self.epochs[-1].incomplete) <= spare:
-                break
-            self.shuffle(run_id, len(self.results) + 1, before_round=1)
+        self.place(run_id, before_round=1)
         E = self.reshuffle_every
 
         def before_round(r: int) -> ConfigRecord:
@@ -362,7 +403,7 @@ class ShuffledTraining:
                     if self.coded_reshuffle
                     else mixed_partitions(self.parts, rng=self._rng)
                 )
-                self.shuffle(run_id, len(self.results) + 1, before_round=r, waited=waited)
+                self.place(run_id, before_round=r, waited=waited)
             return ConfigRecord({PARTITION_UNITS_ENTRY: partition_units_json(self.parts)})
 
         result = self.strategy.start(

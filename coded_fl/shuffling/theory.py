@@ -328,27 +328,33 @@ def acyclic_bound(
     needs: Sequence[Iterable[Hashable]],
     side: Sequence[Iterable[Hashable]],
     *,
+    t: int = 0,
     orders: int = 64,
     seed: int = 0,
 ) -> float:
     r"""A lower bound on the load of *any* scheme that delivers ``needs`` to silos holding
-    ``side`` (units of equal size, independent, uncoded side information).
+    ``side`` in full and, at level t, the cache of every unit (units of equal size,
+    independent; uncoded side information).
 
     The acyclic index-coding bound: for every order :math:`k_1, \dots, k_K` of the silos, a
     receiver given the side information of :math:`k_1..k_i` and the demands of
     :math:`k_1..k_{i-1}` decodes :math:`k_i`'s demand from the messages, so the load is at
-    least :math:`\sum_i |W_{k_i} \setminus (Z_{k_1} \cup \dots \cup Z_{k_i} \cup
-    W_{k_1} \cup \dots \cup W_{k_{i-1}})|`. Every order gives a valid bound; this returns
-    the largest over a greedy order (each step the silo adding the most) and ``orders`` random
-    orders. It holds for one sender that knows everything, hence for the silos through a relay
-    or over direct links too (the sender can emulate them).
+    least the part of :math:`k_i`'s demand outside all of that, summed over i: a unit first
+    demanded at step i and held in full by none of :math:`k_1..k_i` counts
+    :math:`inom{K-i}{t} / inom{K}{t}` (its subfiles cached by none of them). Every order
+    gives a valid bound; this returns the largest over a greedy order (each step the silo
+    adding the most) and ``orders`` random orders. It holds for one sender that knows
+    everything, hence for the silos through a relay or over direct links too (the sender can
+    emulate them).
 
     Parameters
     ----------
     needs
         ``needs[k]``: the units silo k must receive.
     side
-        ``side[k]``: the units silo k holds.
+        ``side[k]``: the units silo k holds in full.
+    t
+        The storage level of the caches (0: none).
     orders
         Random orders tried besides the greedy one.
     seed
@@ -365,17 +371,23 @@ def acyclic_bound(
     1.0
     >>> acyclic_bound([{1}, {0}], [set(), set()])  # no side information: both are needed
     2.0
+    >>> acyclic_bound([{1}, {0}], [set(), set()], t=1)  # each caches half of the other's unit
+    0.5
     """
     W = [set(n) for n in needs]
     Z = [set(z) for z in side]
     K = len(W)
+    _check(K, t)
+    if t == K:
+        return 0.0
+    weight = [comb(K - i, t) / comb(K, t) for i in range(1, K + 1)]
 
-    def value(order: Sequence[int]) -> int:
+    def value(order: Sequence[int]) -> float:
         seen: set[Hashable] = set()
-        total = 0
-        for k in order:
+        total = 0.0
+        for i, k in enumerate(order):
             seen |= Z[k]
-            total += len(W[k] - seen)
+            total += len(W[k] - seen) * weight[i]
             seen |= W[k]
         return total
 

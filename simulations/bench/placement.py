@@ -23,8 +23,9 @@ downlink is at most plain copying's; coded final accuracy within 1 pp of the IID
 wall time. Beside every epoch: plain copying, the fan-out, the scheme and the converse (the
 larger of the acyclic index-coding bound and the cut around disjoint holder sets,
 :func:`~coded_fl.shuffling.theory.reshuffle_bounds`). Also: the repetition code's reshuffles
-(planned only), where the converse equals the fan-out, and how far a unit's partition is from
-uniform after r coded reshuffles.
+(planned only), where the converse equals the fan-out; how far a unit's partition is from
+uniform after r coded reshuffles; and the first coded reshuffle planned at storage levels
+t = 0..3 (measured, achievable, converse; FILE.png plots them).
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ from coded_fl.shuffling.partitions import (
     own_partitions,
     swapped_partitions,
 )
-from coded_fl.shuffling.theory import reshuffle_bounds
+from coded_fl.shuffling.theory import acyclic_bound, reshuffle_bounds
 from simulations.bench.common import Report
 from simulations.runtime.flower_sim import run_child
 
@@ -153,32 +154,65 @@ def _mixing(report: Report, size: dict[str, int], draws: int = 400) -> None:
         report.add(kind="mixing", reshuffles=r, tv_to_uniform=tv, stay_probability=float(P[0, 0]))
 
 
-def _projection(report: Report, raw: dict[str, Any]) -> None:
-    """A reshuffle of the uniform run planned with level-t caches (t = 0..3, equal unit
-    lengths, the stand-alone shuffler's schemes) beside plain copying."""
-    for d in raw["jobs"][1:2]:
-        job = ShuffleJob.from_json(d)
-        current, nxt = job.assignments()
-        manifest = UnitManifest.from_data({u: bytes(64) for u in job.units})
-        plain = plan_shuffle(
-            manifest, current, nxt, K=job.K, t=0, coded=False, mode="decentralized"
-        ).load
-        held = max(sum(1 for h in job.target if k in h) for k in range(job.K))
-        if not plain:
-            continue
-        for t in range(0, 4):
-            coded = plan_shuffle(manifest, current, nxt, K=job.K, t=t, mode="decentralized")
+def _load_vs_t(report: Report, raw: dict[str, Any]) -> list[dict[str, Any]]:
+    """The first coded reshuffle planned at t = 0..3: measured load (the planner, equal unit
+    lengths), the scheme's formula and the converse (t = 0: the replicas only, acyclic and cut
+    bounds; t >= 1: level-t caches added, acyclic bound), beside plain copying and the fan-out."""
+    rows: list[dict[str, Any]] = []
+    job = ShuffleJob.from_json(raw["jobs"][1])
+    current, nxt = job.assignments()
+    units = list(job.units)
+    holders, target = [current[u] for u in units], [nxt[u] for u in units]
+    b0 = reshuffle_bounds(holders, target, job.K)
+    manifest = UnitManifest.from_data({u: bytes(64) for u in units})
+    held = max(sum(1 for h in job.target if k in h) for k in range(job.K))
+    for t in range(0, 4):
+        plan = plan_shuffle(manifest, current, nxt, K=job.K, t=t, mode="decentralized")
+        side = [{n for n, h in enumerate(plan.holders) if k in h} for k in range(job.K)]
+        converse = b0["converse"] if t == 0 else acyclic_bound(plan.needs, side, t=t)
+        rows.append(
             report.add(
-                kind="projection",
+                kind="load_vs_t",
                 epoch=job.epoch,
                 t=t,
-                coded_load_units=coded.load,
-                formula_load_units=coded.formula_load(),
-                plain_copy_units=plain,
-                ratio_to_plain=coded.load / plain,
-                storage_units=storage_for_level(job.K, t, held, len(job.units)),
-                held_units=held,
+                measured_load=plan.load,
+                achievable_load=plan.formula_load(),
+                converse_load=converse,
+                fanout_load=b0["fanout"],
+                plain_copy_load=b0["plain_copy"],
+                measured_over_converse=plan.load / converse if converse else 1.0,
+                storage_units=storage_for_level(job.K, t, held, len(units)),
             )
+        )
+    return rows
+
+
+def _plot(rows: list[dict[str, Any]], path: Path) -> bool:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    ts = [r["t"] for r in rows]
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.plot(ts, [r["plain_copy_load"] for r in rows], "k--", label="plain copying (t = 0)")
+    ax.plot(ts, [r["fanout_load"] for r in rows], "k:", label="upload once, fan out (t = 0)")
+    ax.plot(ts, [r["measured_load"] for r in rows], "o-", label="measured (planner)")
+    ax.plot(ts, [r["achievable_load"] for r in rows], "x", color="k", label="achievable (formula)")
+    ax.plot(ts, [r["converse_load"] for r in rows], "s:", label="converse (any scheme)")
+    ax.set_xticks(ts)
+    ax.set_xlabel("storage level t (0: the gradient code's s + 1 replicas only)")
+    ax.set_ylabel("reshuffle upload (units)")
+    ax.set_title("one coded reshuffle, n = K = 10, s = 2, polynomial code")
+    ax.set_ylim(bottom=0)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return True
 
 
 def run(report: Report, *, quick: bool) -> None:
@@ -292,7 +326,12 @@ def run(report: Report, *, quick: bool) -> None:
     )
     _repetition(report, size)
     _mixing(report, size)
-    _projection(report, runs["uniform"][0])
+    curve = _load_vs_t(report, runs["coded"][0])
+    if report.out and not quick:
+        png = Path(report.out).with_suffix(".png")
+        png.parent.mkdir(parents=True, exist_ok=True)
+        if _plot(curve, png):
+            report.notes.append(f"plot: {png.name} (load vs t: measured, achievable, converse)")
     report.notes.append(
         "t = 0: the gradient code's s + 1 replicas are the only side information. Coded: "
         "pairs of units trade partner partitions (holder sets that meet), one XOR per pair "

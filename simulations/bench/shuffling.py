@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import itertools
 import os
-from math import comb
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +30,7 @@ from coded_fl.shuffling import (
     SegmentBuffer,
     ShufflePlan,
     UnitManifest,
+    acyclic_bound,
     batch_assignment,
     centralized_lower_bound,
     decode,
@@ -49,26 +49,8 @@ MODES = ("centralized", "decentralized")
 
 def _placement_bound(plan: ShufflePlan, rng: np.random.Generator, samples: int) -> float:
     """Acyclic index-coding bound for the plan's cache placement and demand (max over orders)."""
-    K, t = plan.K, plan.t
-    if t == K:
-        return 0.0
-    per_j = [comb(K - j, t) / comb(K, t) for j in range(1, K + 1)]
-    by_need = sorted(range(K), key=lambda k: -len(plan.needs[k]))
-    orders = [by_need] + [list(rng.permutation(K)) for _ in range(samples)]
-    best = 0.0
-    for order in orders:
-        seen: set[int] = set()
-        done: set[int] = set()
-        total = 0.0
-        for j, k in enumerate(order):
-            seen.add(int(k))
-            for n in plan.needs[int(k)]:
-                if n in done or seen & plan.holders[n]:
-                    continue
-                done.add(n)
-                total += per_j[j]
-        best = max(best, total)
-    return best
+    side = [{n for n, h in enumerate(plan.holders) if k in h} for k in range(plan.K)]
+    return acyclic_bound(plan.needs, side, t=plan.t, orders=samples, seed=int(rng.integers(2**31)))
 
 
 def _loads(report: Report, Ks: tuple[int, ...], random_trials: int) -> list[dict[str, Any]]:

@@ -207,3 +207,81 @@ def test_a_reshuffle_can_wait_for_the_previous_rounds_stragglers(tmp_path) -> No
     assert busy_at_epoch[2] == busy_at_epoch[3] == []  # settled before each reshuffle
     # the run ends without waiting for the last round's straggler; settle() waits for it
     assert strategy.settle(30.0) == []
+
+
+def test_coded_reshuffles_halve_the_fanout_through_the_real_machines(tmp_path) -> None:
+    """Issue 31: with the polynomial code (cyclic supports) every reshuffle pairs all units;
+    each pair goes as one XOR and every silo ends with exactly its partitions' units."""
+    from coded_fl.shuffling.partitions import partition_holders
+    from strategies.placement import ShuffledTraining
+
+    K, units = 4, 3
+    relay = _LoopbackRelay(tmp_path, K, units, drops={})
+    strategy = _strategy(K, code="polynomial")
+    run = ShuffledTraining(strategy, relay, units_per_silo=units, reshuffle_every=1)  # type: ignore[arg-type]
+    assert run.coded_reshuffle  # "auto": the code allows it
+    run.start(FakeGrid(K), _init(), 3)
+    assert all(rep.ok for rep in run.reports)
+    for res in run.results[1:]:  # the reshuffles
+        job = res.job
+        fanout = sum(1 for a, b in zip(job.current, job.target, strict=True) if not b <= a)
+        assert res.ok and res.load == res.formula_load == fanout / 2
+        assert res.downlink_bytes == res.uncoded_downlink_bytes  # each silo gets what it lacks
+    for k in range(K):  # the stores hold exactly the last map's partitions
+        want = {u for j in partition_holders(run.support, k) for u in run.parts[j]}
+        assert set(relay.stores[k].units()) == want
+
+
+def test_a_coded_reshuffle_is_refused_for_the_repetition_codes_disjoint_groups(tmp_path) -> None:
+    from strategies.placement import ShuffledTraining
+
+    relay = _LoopbackRelay(tmp_path, 4, 2, drops={})
+    with pytest.raises(ConfigurationError, match="reshuffle='uniform'"):
+        ShuffledTraining(
+            _strategy(4, code="repetition"), relay, units_per_silo=2, reshuffle="coded"
+        )  # type: ignore[arg-type]
+    auto = ShuffledTraining(_strategy(4, code="repetition"), relay, units_per_silo=2)  # type: ignore[arg-type]
+    assert not auto.coded_reshuffle
+    with pytest.raises(ConfigurationError, match="'auto', 'coded' or 'uniform'"):
+        ShuffledTraining(_strategy(4), relay, units_per_silo=2, reshuffle="xor")  # type: ignore[arg-type]
+
+
+def test_a_silent_sender_of_coded_pairs_is_routed_around_at_once(tmp_path) -> None:
+    """Silo 1 sends nothing in the first reshuffle (it drops before its coded messages): its
+    pairs' receivers miss both units, more than s silos lack their partitions, and the epoch
+    is planned again at once from the units' other holders; no round loses a silo."""
+    from coded_fl.shuffling import run_loopback
+    from strategies.placement import ShuffledTraining
+
+    K, units = 4, 3
+    relay = _LoopbackRelay(tmp_path, K, units, drops={})
+
+    def run(job):  # type: ignore[no-untyped-def]
+        relay.jobs.append(job)
+        silent = job.epoch == 2  # the first reshuffle
+        return run_loopback(
+            job,
+            relay.members,
+            relay.stores,
+            drop=lambda stage, m: silent and (stage, m) == ("plan", 1),
+        )
+
+    relay.run = run  # type: ignore[method-assign]
+    lines: list[str] = []
+    shuffled = ShuffledTraining(
+        _strategy(K, code="polynomial"),
+        relay,
+        units_per_silo=units,
+        reshuffle_every=1,
+        seed=2,
+        progress=lines.append,
+    )  # type: ignore[arg-type]
+    shuffled.start(FakeGrid(K), _init(), 2)
+    first, retry = shuffled.results[1], shuffled.results[2]
+    assert first.outcome(1).status == "dropped"
+    assert sum(o.status != "complete" for o in first.silos) > 1  # its pairs' receivers too
+    assert any("not from the silent silos [1]" in line for line in lines)
+    assert retry.ok, retry.lines()
+    assert all(rep.ok for rep in shuffled.reports)
+    assert shuffled.epochs[1].incomplete == (0, 1, 2)  # silo 1 and its pairs' receivers
+    assert shuffled.epochs[2].incomplete == () and shuffled.epochs[2].before_round == 2
