@@ -64,6 +64,7 @@ from coded_fl.shuffling.partitions import (
     swapped_partitions,
 )
 from coded_fl.shuffling.results import ShuffleResult
+from coded_fl.shuffling.routing import suspect_senders
 from coded_fl.shuffling.wire import ShuffleJob
 from coded_fl.vocabulary import PARTITION_UNITS_ENTRY
 
@@ -305,12 +306,13 @@ class ShuffledTraining:
     def place(self, run_id: str, before_round: int, *, waited: float = 0.0) -> EpochBytes:
         """One epoch to :attr:`parts`, then up to :attr:`placement_retries` more while more
         than s silos lack their partitions (no round could complete): each moves only what is
-        missing, and sends nothing from the silos that were silent senders in the epoch
-        before (the senders others' missing units waited on). A silent sender costs the
+        missing, and sends nothing from the senders that failed others in the epoch before
+        (:func:`~coded_fl.shuffling.routing.suspect_senders`: messages waited for in vain,
+        or decoded into units that failed their SHA-256 check). Such a sender costs the
         receivers of all its messages their units (with coded reshuffles both units of each
-        of its pairs); their other holders send them instead. The silent silo is not counted
-        as a holder in that epoch, so it is sent again what it holds of its own partitions
-        (a store commits a unit it has once).
+        of its pairs); their other holders send them instead. It is not counted as a holder
+        in that epoch, so it is sent again what it holds of its own partitions (a store
+        commits a unit it has once).
 
         Returns
         -------
@@ -321,12 +323,11 @@ class ShuffledTraining:
         for _ in range(self.placement_retries):
             if len(out.incomplete) <= int(self.strategy.num_stragglers):
                 break
-            last = self.results[-1]
-            silent = {k for o in last.silos for k in o.waiting_on if 0 <= k < self.K}
+            silent = set(suspect_senders(self.results[-1]))
             self._say(
                 f"[coded-fl shuffle] {len(out.incomplete)} silos lack their partitions, more "
                 f"than s = {self.strategy.num_stragglers}; moving what is missing again, not "
-                f"from the silent silos {sorted(silent)}"
+                f"from the silent or failing senders {sorted(silent)}"
             )
             out = self.shuffle(run_id, len(self.results) + 1, before_round, avoid=frozenset(silent))
         return out

@@ -36,7 +36,7 @@ from coded_fl.shuffling.placement import (
 )
 from coded_fl.shuffling.planner import CENTRAL, Mode, ShufflePlan, plan_shuffle
 from coded_fl.shuffling.results import ShuffleResult, SiloOutcome
-from coded_fl.shuffling.routing import relay_plan
+from coded_fl.shuffling.routing import relay_plan, suspect_senders
 from coded_fl.shuffling.session import (
     DeliveryReport,
     RelaySession,
@@ -114,6 +114,7 @@ __all__ = [
     "run_loopback",
     "shifted_assignment",
     "storage_for_level",
+    "suspect_senders",
     "swap_fanout_load",
     "uncoded_load",
     "worst_case_loads",

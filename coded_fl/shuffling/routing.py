@@ -17,13 +17,16 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from coded_fl.errors import RemoteProtocolError
 from coded_fl.shuffling.planner import CENTRAL, ShufflePlan, plan_shuffle
+from coded_fl.shuffling.results import ShuffleResult
 from coded_fl.shuffling.session import RelaySession, ShuffleMessage
 from coded_fl.shuffling.units import UnitManifest, UnitSpec, digest
 from coded_fl.shuffling.wire import ShuffleJob
 
-__all__ = ["Traffic", "agreed_plan_id", "forward", "relay_plan"]
+__all__ = ["Traffic", "agreed_plan_id", "forward", "relay_plan", "suspect_senders"]
 
 _GCM_TAG = 16
 
@@ -61,6 +64,35 @@ def relay_plan(job: ShuffleJob, *, coded: bool | None = None) -> ShufflePlan:
         mode=job.mode,
         coded=job.coded if coded is None else coded,
     )
+
+
+def suspect_senders(result: ShuffleResult) -> frozenset[int]:
+    """Silos whose messages failed someone in an epoch: a receiver waited for them in vain
+    (``waiting_on``), or decoded from them a unit that failed its SHA-256 check (a corrupt or
+    lying sender; with a coded pair, the XOR's one sender). An epoch planned again should not
+    send from them (``ShuffledTraining.place``).
+
+    Parameters
+    ----------
+    result
+        The epoch's outcome.
+
+    Returns
+    -------
+    frozenset of int
+        Silo indices (never the central sender).
+    """
+    out = {k for o in result.silos for k in o.waiting_on if k != CENTRAL}
+    failed = {u for o in result.silos for u in o.failed}
+    if failed:
+        plan = relay_plan(result.job)
+        index = {u: n for n, u in enumerate(plan.manifest.ids)}
+        want = {index[u] for u in failed if u in index}
+        units = plan.unit_of_row(plan.term_row)
+        msg_of_term = np.repeat(np.arange(plan.n_messages), np.diff(plan.msg_ptr))
+        hit = np.unique(msg_of_term[np.isin(units, list(want))])
+        out |= {int(k) for k in plan.msg_sender[hit] if k != CENTRAL}
+    return frozenset(out)
 
 
 def agreed_plan_id(ids: Mapping[int, bytes], *, sender: int | None) -> bytes:

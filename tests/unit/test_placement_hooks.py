@@ -246,12 +246,28 @@ def test_a_coded_reshuffle_is_refused_for_the_repetition_codes_disjoint_groups(t
         ShuffledTraining(_strategy(4), relay, units_per_silo=2, reshuffle="xor")  # type: ignore[arg-type]
 
 
+def _coded_run(relay: _LoopbackRelay, K: int, units: int):  # type: ignore[no-untyped-def]
+    """Placement and two rounds, a coded reshuffle before round 2 (the polynomial code)."""
+    from strategies.placement import ShuffledTraining
+
+    lines: list[str] = []
+    shuffled = ShuffledTraining(
+        _strategy(K, code="polynomial"),
+        relay,  # type: ignore[arg-type]
+        units_per_silo=units,
+        reshuffle_every=1,
+        seed=2,
+        progress=lines.append,
+    )
+    shuffled.start(FakeGrid(K), _init(), 2)
+    return shuffled, lines
+
+
 def test_a_silent_sender_of_coded_pairs_is_routed_around_at_once(tmp_path) -> None:
     """Silo 1 sends nothing in the first reshuffle (it drops before its coded messages): its
     pairs' receivers miss both units, more than s silos lack their partitions, and the epoch
     is planned again at once from the units' other holders; no round loses a silo."""
     from coded_fl.shuffling import run_loopback
-    from strategies.placement import ShuffledTraining
 
     K, units = 4, 3
     relay = _LoopbackRelay(tmp_path, K, units, drops={})
@@ -267,21 +283,57 @@ def test_a_silent_sender_of_coded_pairs_is_routed_around_at_once(tmp_path) -> No
         )
 
     relay.run = run  # type: ignore[method-assign]
-    lines: list[str] = []
-    shuffled = ShuffledTraining(
-        _strategy(K, code="polynomial"),
-        relay,
-        units_per_silo=units,
-        reshuffle_every=1,
-        seed=2,
-        progress=lines.append,
-    )  # type: ignore[arg-type]
-    shuffled.start(FakeGrid(K), _init(), 2)
+    shuffled, lines = _coded_run(relay, K, units)
     first, retry = shuffled.results[1], shuffled.results[2]
     assert first.outcome(1).status == "dropped"
     assert sum(o.status != "complete" for o in first.silos) > 1  # its pairs' receivers too
-    assert any("not from the silent silos [1]" in line for line in lines)
+    assert any("not from the silent or failing senders [1]" in line for line in lines)
     assert retry.ok, retry.lines()
     assert all(rep.ok for rep in shuffled.reports)
     assert shuffled.epochs[1].incomplete == (0, 1, 2)  # silo 1 and its pairs' receivers
     assert shuffled.epochs[2].incomplete == () and shuffled.epochs[2].before_round == 2
+
+
+def test_a_silo_that_sends_a_wrong_xor_gains_nothing_and_is_routed_around(
+    tmp_path, monkeypatch
+) -> None:
+    """Attack (issue 31): silo 1 holds the group key and seals a wrong XOR for each of its
+    pairs in the first reshuffle. Its receivers decode units whose SHA-256 fails: none is
+    committed, and the epoch is planned again at once without silo 1 as a sender; every store
+    ends with exactly the right bytes."""
+    import coded_fl.shuffling.session as session
+    from coded_fl.shuffling import run_loopback
+    from coded_fl.shuffling.partitions import partition_holders
+
+    K, units = 4, 3
+    relay = _LoopbackRelay(tmp_path, K, units, drops={})
+    lying = {"on": False}
+    honest_encode = session.encode
+
+    def encode(plan, buf, indices=None, out=None):  # type: ignore[no-untyped-def]
+        got = honest_encode(plan, buf, indices, out)
+        if lying["on"] and indices is not None and (plan.msg_sender[indices] == 1).all():
+            got[:, 0] ^= 0x5A  # a different XOR, sealed with the real group key
+        return got
+
+    monkeypatch.setattr(session, "encode", encode)
+    oracle = {u: relay.stores[m].read_unit(u) for m in range(K) for u in relay.stores[m].units()}
+
+    def run(job):  # type: ignore[no-untyped-def]
+        relay.jobs.append(job)
+        lying["on"] = job.epoch == 2
+        try:
+            return run_loopback(job, relay.members, relay.stores)
+        finally:
+            lying["on"] = False
+
+    relay.run = run  # type: ignore[method-assign]
+    shuffled, lines = _coded_run(relay, K, units)
+    bad = shuffled.results[1]
+    assert any(o.failed for o in bad.silos)  # the receivers caught it
+    assert any("not from the silent or failing senders [1]" in line for line in lines)
+    assert shuffled.results[2].ok and all(rep.ok for rep in shuffled.reports)
+    for k in range(K):  # exactly the right units, byte for byte
+        want = {u for j in partition_holders(shuffled.support, k) for u in shuffled.parts[j]}
+        assert set(relay.stores[k].units()) == want
+        assert all(relay.stores[k].read_unit(u) == oracle[u] for u in want)
