@@ -337,3 +337,35 @@ def test_a_silo_that_sends_a_wrong_xor_gains_nothing_and_is_routed_around(
         want = {u for j in partition_holders(shuffled.support, k) for u in shuffled.parts[j]}
         assert set(relay.stores[k].units()) == want
         assert all(relay.stores[k].read_unit(u) == oracle[u] for u in want)
+
+
+@pytest.mark.parametrize("silent", [(0, 3), (1, 2), (4, 5)])
+def test_any_s_silent_silos_in_a_coded_reshuffle_leave_every_round_complete(
+    tmp_path, silent
+) -> None:
+    """n = 6, s = 2: any two silos that send nothing in a coded reshuffle. Every unit has three
+    holders, so the re-plan (before the round, at once) finds a sender for each, and every
+    round completes."""
+    from coded_fl.shuffling import run_loopback
+    from strategies.placement import ShuffledTraining
+
+    K, units = 6, 2
+    relay = _LoopbackRelay(tmp_path, K, units, drops={})
+
+    def run(job):  # type: ignore[no-untyped-def]
+        relay.jobs.append(job)
+        gone = set(silent) if job.epoch == 2 else set()
+        return run_loopback(
+            job, relay.members, relay.stores, drop=lambda stage, m: stage == "plan" and m in gone
+        )
+
+    relay.run = run  # type: ignore[method-assign]
+    shuffled = ShuffledTraining(
+        _strategy(K, s=2, code="polynomial"), relay, units_per_silo=units, reshuffle_every=1
+    )  # type: ignore[arg-type]
+    shuffled.start(FakeGrid(K), _init(), 2)
+    assert shuffled.coded_reshuffle
+    assert all(rep.ok for rep in shuffled.reports)
+    _placed, hit, again = shuffled.epochs
+    assert len(hit.incomplete) > 2 and hit.before_round == again.before_round == 2
+    assert again.incomplete == ()  # planned again at once from the other holders
