@@ -168,8 +168,8 @@ class ShuffledTraining:
         Seeds the reshuffles' permutations (the same seed gives the same partitions).
     placement_retries
         Epochs to run again after a placement or reshuffle (moving only what is missing, not
-        from the silos that were silent) while more than s silos lack their partitions: no
-        round could complete.
+        from the senders that failed others, :meth:`place`) while more than s silos lack
+        their partitions: no round could complete.
     settle_timeout
         Before a reshuffle, the longest wait for the previous rounds' stragglers to answer
         (:meth:`CodedSecAgg.settle`; 0, the default: no wait). In Flower's simulation engine
