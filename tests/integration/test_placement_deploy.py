@@ -1,12 +1,15 @@
-"""Placement + two rounds on real SuperNodes that start with disjoint data (issue 17).
+"""Placement, a coded reshuffle and two rounds on real SuperNodes that start with disjoint data
+(issues 17 and 31).
 
 A TLS SuperLink with SuperNode authentication and three SuperNodes on this machine's loopback
 (``simulations.deploy.testbed``, no namespaces needed). Each SuperNode's store
 (``codedfl.store``) holds only its own examples when the run starts; the app
-(``simulations/placement/app``) places the gradient code's partitions by coded shuffling and runs
-two rounds of coded secure aggregation whose train function reads the placed data. Checked: every
-store holds exactly its code support afterwards, the bytes equal the formula, both rounds
-complete, and the model equals the FedAvg of the real data (an independent oracle).
+(``simulations/placement/app``) places the partitions of the polynomial code (overlapping
+supports) by coded shuffling, reshuffles them before round 2 with pairs of units sent as one XOR
+each, and runs two rounds of coded secure aggregation whose train function reads the placed
+data. Checked: every store holds exactly its code support of the final partition map, the bytes
+equal the formula (the reshuffle half the fan-out), both rounds complete, and the model equals
+the FedAvg of the real data (an independent oracle).
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from flwr.app import Context, RecordDict
 
 from clients.data import seed_own_data
 from coded_fl.codes import make_code
-from coded_fl.shuffling import UnitStore
+from coded_fl.shuffling import ShuffleJob, UnitStore
 from coded_fl.shuffling.partitions import own_partitions, partition_holders
 from simulations.deploy.testbed import Site, TestBed
 
@@ -52,14 +55,22 @@ def test_placement_and_two_rounds_on_supernodes_with_disjoint_data(tmp_path: Pat
     report = tmp_path / "report.json"
     with TestBed(sites, namespaces=False, seed=0) as bed:
         bed.up()
-        out = bed.run(APP, {"report-file": str(report), "num-rounds": ROUNDS}, timeout=400)
+        config = {"report-file": str(report), "num-rounds": ROUNDS, "code": "polynomial"}
+        out = bed.run(APP, {**config, "reshuffle-every": 1}, timeout=400)
     rep = json.loads(report.read_text())
     assert rep["done"], out[-3000:]
-    (placement,) = rep["epochs"]
-    assert placement["incomplete"] == [] and placement["load"] == placement["formula_load"]
+    placement, reshuffle = rep["epochs"]
+    for epoch in (placement, reshuffle):
+        assert epoch["incomplete"] == [] and epoch["load"] == epoch["formula_load"]
+    job = ShuffleJob.from_json(rep["jobs"][1])
+    moved = sum(1 for a, b in zip(job.current, job.target, strict=True) if not b <= a)
+    assert reshuffle["load"] == moved / 2  # every unit paired, one XOR per pair
     assert [r["ok"] for r in rep["rounds"]] == [True] * ROUNDS
-    support = make_code(N, S).matrix != 0
-    parts = own_partitions(N, UNITS)
+    support = make_code(N, S, kind="polynomial").matrix != 0
+    parts = rep["parts"]
+    assert sorted(u for p in parts for u in p) == sorted(
+        u for p in own_partitions(N, UNITS) for u in p
+    )
     for k in range(N):  # every store holds exactly its code's partitions
         want = {u for j in partition_holders(support, k) for u in parts[j]}
         assert set(UnitStore(stores[k]).units()) == want

@@ -25,6 +25,7 @@ def main(grid: Grid, context: Context) -> None:
         num_silos=n,
         num_stragglers=int(rc["num-stragglers"]),
         privacy_threshold=int(rc["privacy-threshold"]),
+        code=str(rc.get("code", "auto")),
         round_timeout=float(rc["round-timeout"]),
         progress=lambda rep: print(rep.line(), flush=True),
     )
@@ -33,6 +34,7 @@ def main(grid: Grid, context: Context) -> None:
         ShuffleRelay(grid, stage_timeout=float(rc["stage-timeout"])),
         units_per_silo=int(rc["units-per-silo"]),
         reshuffle_every=int(rc["reshuffle-every"]),
+        reshuffle=str(rc.get("reshuffle", "auto")),
         progress=lambda line: print(line, flush=True),
     )
     init = ArrayRecord({"w": Array(np.zeros(int(rc["dim"]), dtype=np.float32))})
@@ -46,6 +48,8 @@ def main(grid: Grid, context: Context) -> None:
             {"ok": r.ok, "replies": r.replies_used, "stragglers": list(r.stragglers)}
             for r in run.reports
         ],
+        "jobs": [res.job.to_json() for res in run.results],
+        "parts": [list(p) for p in run.parts],
         "w": result.arrays["w"].numpy().tolist(),
         "done": True,
     }
