@@ -88,7 +88,14 @@ def threads_mod(msg: Message, context: Context, call_next):  # type: ignore[no-u
     where the node's own index is known."""
     conf = msg.content.get("config", None)
     spec = str(conf.get("acc.threads", "")) if conf is not None else ""
-    silo = int(context.node_config["partition-id"])
+    # the code's silo index of this node (the server's silo order), so that the members of a
+    # group get different items; the partition-id is another, random order of the same nodes
+    order = json.loads(str(conf.get("acc.silo-order", "[]"))) if conf is not None else []
+    silo = (
+        order.index(context.node_id)
+        if context.node_id in order
+        else int(context.node_config["partition-id"])
+    )
     threads = silo_threads({"threads-per-silo": spec}, silo)
     conv = silo_conv(str(conf.get("acc.conv", "")) if conf is not None else "", silo)
     threaded = torch_threads(threads) if threads is not None else contextlib.nullcontext()
@@ -180,6 +187,15 @@ def _say(line: str) -> None:
     print(line, flush=True)
 
 
+def _silo_nodes(grid: Grid, n: int, timeout: float = 120.0) -> list[int]:
+    """Silo i of the code is the i-th smallest node id (what ``CodedSecAgg`` does by default),
+    once n nodes are connected."""
+    deadline = time.monotonic() + timeout
+    while len(nodes := sorted(grid.get_node_ids())) < n and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return nodes[:n]
+
+
 def make_server_app(opts: argparse.Namespace, out: dict[str, Any]) -> ServerApp:
     app = ServerApp()
     evaluate = make_evaluator(opts.seed)
@@ -189,8 +205,10 @@ def make_server_app(opts: argparse.Namespace, out: dict[str, Any]) -> ServerApp:
         n, s = opts.silos, opts.s
         torch.manual_seed(opts.seed)
         initial = ArrayRecord(Net().state_dict())
+        silo_nodes = _silo_nodes(grid, n)
         conf = ConfigRecord(
             {
+                "acc.silo-order": json.dumps(silo_nodes),
                 "acc.alpha": opts.alpha,
                 "acc.seed": opts.seed,
                 "acc.epochs": opts.epochs,
@@ -256,6 +274,7 @@ def make_server_app(opts: argparse.Namespace, out: dict[str, Any]) -> ServerApp:
             num_rounds=opts.rounds,
             train_config=conf,
             evaluate_fn=evaluate,
+            silo_nodes=silo_nodes,
         )
         out["ours"] = {
             **ours,
