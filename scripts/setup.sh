@@ -51,7 +51,13 @@ fill_kernel_cache() {
 
 stamp="$root/.codedfl-setup-stamp"
 want="$("$py" -c 'import sys; print(sys.executable)') $(sha256sum pyproject.toml | cut -c1-16)"
-if [[ -f "$stamp" && "$(cat "$stamp")" == "$want" ]] && "$py" -c 'import coded_fl, torch, flwr, galois' 2>/dev/null; then
+# (run from outside the checkout: coded_fl must resolve to this checkout's copy; a set-up run
+# from another clone with the same interpreter repoints the editable install there)
+installed() {
+  (cd / && "$py" -c 'import sys, pathlib, coded_fl, torch, flwr, galois
+sys.exit(pathlib.Path(coded_fl.__file__).resolve().parents[1] != pathlib.Path(sys.argv[1]).resolve())' "$root") 2>/dev/null
+}
+if [[ -f "$stamp" && "$(cat "$stamp")" == "$want" ]] && installed; then
   fill_kernel_cache
   exit 0
 fi
