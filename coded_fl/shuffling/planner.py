@@ -197,8 +197,11 @@ class ShufflePlan:
         numpy.ndarray
             int64 message indices (empty if it needs nothing).
         """
-        msg_of_term = np.repeat(np.arange(self.n_messages), np.diff(self.msg_ptr))
-        return np.unique(msg_of_term[self.term_silo == silo])
+        return np.unique(self.term_message()[self.term_silo == silo])
+
+    def term_message(self) -> np.ndarray:
+        """The message index of every term (int64, aligned with ``term_row``)."""
+        return np.repeat(np.arange(self.n_messages), np.diff(self.msg_ptr))
 
     def unit_of_row(self, rows: np.ndarray) -> np.ndarray:
         """The unit index (position in the manifest) of each segment row.

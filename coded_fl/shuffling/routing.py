@@ -89,8 +89,7 @@ def suspect_senders(result: ShuffleResult) -> frozenset[int]:
         index = {u: n for n, u in enumerate(plan.manifest.ids)}
         want = {index[u] for u in failed if u in index}
         units = plan.unit_of_row(plan.term_row)
-        msg_of_term = np.repeat(np.arange(plan.n_messages), np.diff(plan.msg_ptr))
-        hit = np.unique(msg_of_term[np.isin(units, list(want))])
+        hit = np.unique(plan.term_message()[np.isin(units, list(want))])
         out |= {int(k) for k in plan.msg_sender[hit] if k != CENTRAL}
     return frozenset(out)
 

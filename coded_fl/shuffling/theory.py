@@ -71,6 +71,7 @@ __all__ = [
     "centralized_lower_bound",
     "decentralized_load",
     "fanout_load",
+    "held_units",
     "holder_cut_bound",
     "reshuffle_bounds",
     "storage_for_level",
@@ -341,7 +342,7 @@ def acyclic_bound(
     :math:`k_1..k_{i-1}` decodes :math:`k_i`'s demand from the messages, so the load is at
     least the part of :math:`k_i`'s demand outside all of that, summed over i: a unit first
     demanded at step i and held in full by none of :math:`k_1..k_i` counts
-    :math:`inom{K-i}{t} / inom{K}{t}` (its subfiles cached by none of them). Every order
+    :math:`\binom{K-i}{t} / \binom{K}{t}` (its subfiles cached by none of them). Every order
     gives a valid bound; this returns the largest over a greedy order (each step the silo
     adding the most) and ``orders`` random orders. It holds for one sender that knows
     everything, hence for the silos through a relay or over direct links too (the sender can
@@ -404,6 +405,33 @@ def acyclic_bound(
     for _ in range(orders):
         best = max(best, value(rng.permutation(K).tolist()))
     return float(best)
+
+
+def held_units(holders: Sequence[Iterable[int]], K: int) -> list[set[int]]:
+    """The side information of each silo: the indices of the units it holds in full.
+
+    Parameters
+    ----------
+    holders
+        ``holders[n]``: the silos that hold unit n.
+    K
+        The number of silos.
+
+    Returns
+    -------
+    list of set of int
+        ``out[k]``: the units silo k holds.
+
+    Examples
+    --------
+    >>> held_units([{0}, {0, 1}], 3)
+    [{0, 1}, {1}, set()]
+    """
+    out: list[set[int]] = [set() for _ in range(K)]
+    for n, silos in enumerate(holders):
+        for k in silos:
+            out[k].add(n)
+    return out
 
 
 def holder_cut_bound(holders: Sequence[frozenset[int]], target: Sequence[frozenset[int]]) -> float:
@@ -492,7 +520,7 @@ def reshuffle_bounds(
         {n for n, (a, b) in enumerate(zip(holders, target, strict=True)) if k in b and k not in a}
         for k in range(K)
     ]
-    side = [{n for n, a in enumerate(holders) if k in a} for k in range(K)]
+    side = held_units(holders, K)
     acyc = acyclic_bound(needs, side)
     cut = holder_cut_bound(holders, target)
     return {

@@ -47,7 +47,7 @@ from coded_fl.shuffling.partitions import (
     own_partitions,
     swapped_partitions,
 )
-from coded_fl.shuffling.theory import acyclic_bound, reshuffle_bounds
+from coded_fl.shuffling.theory import acyclic_bound, held_units, reshuffle_bounds
 from simulations.bench.common import Report
 from simulations.runtime.flower_sim import run_child
 
@@ -168,7 +168,7 @@ def _load_vs_t(report: Report, raw: dict[str, Any]) -> list[dict[str, Any]]:
     held = max(sum(1 for h in job.target if k in h) for k in range(job.K))
     for t in range(0, 4):
         plan = plan_shuffle(manifest, current, nxt, K=job.K, t=t, mode="decentralized")
-        side = [{n for n, h in enumerate(plan.holders) if k in h} for k in range(job.K)]
+        side = held_units(plan.holders, job.K)
         converse = b0["converse"] if t == 0 else acyclic_bound(plan.needs, side, t=t)
         rows.append(
             report.add(

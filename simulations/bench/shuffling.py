@@ -39,6 +39,7 @@ from coded_fl.shuffling import (
     shifted_assignment,
     worst_case_loads,
 )
+from coded_fl.shuffling.theory import held_units
 from coded_fl.shuffling.units import digest
 from simulations.bench.common import Report, median_time
 from simulations.runtime.shuffle_harness import silo_buffer
@@ -49,7 +50,7 @@ MODES = ("centralized", "decentralized")
 
 def _placement_bound(plan: ShufflePlan, rng: np.random.Generator, samples: int) -> float:
     """Acyclic index-coding bound for the plan's cache placement and demand (max over orders)."""
-    side = [{n for n, h in enumerate(plan.holders) if k in h} for k in range(plan.K)]
+    side = held_units(plan.holders, plan.K)
     return acyclic_bound(plan.needs, side, t=plan.t, orders=samples, seed=int(rng.integers(2**31)))
 
 
