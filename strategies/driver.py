@@ -2,26 +2,25 @@
 
 ``CodedSecAgg.start`` makes a :class:`strategies.run.RunState` (everything one run owns: the
 server machine, the silo <-> node maps, the reports) and a :class:`RoundDriver` that drives
-it; a second ``start`` makes new ones, so two runs never mix. Per round the driver
+it; a second ``start`` makes new ones, so two runs never mix. The protocol's messages are
+ordered by :class:`coded_fl.secagg.driver.ProtocolDriver` over Flower's Grid
+(:class:`strategies.replies.FlowerTransport`); this module adds what a Flower run wraps around
+each protocol round. Per round it
 
 1. renews keys where membership changed (:class:`strategies.membership.Membership`): new
    nodes, nodes the SuperLink reactivated since their key, silos that refused with
    ``NEEDS_KEYS``;
-2. pushes a train request to every silo and closes at the first max(n - s, U) uploads
-   (:meth:`RoundDriver.train_round`), asks those silos for their share sums, judges any
-   accusation on its evidence (one more round trip, to the accused silos only, in a round
-   that has one), decodes the exact sum and hands the weighted average to the wrapped
+2. has the wrapped strategy configure the round, binds its content into the round's inputs
+   digest and runs the protocol round (:meth:`RoundDriver.train_round`): train requests, the
+   close at the first max(n - s, U) uploads, recovery and evidence where needed, the decode;
+   reruns it with a raised weight bound or a wider clip range when the silos or the decoded
+   sum say so (:meth:`RoundDriver.fit_round`), and hands the weighted average to the wrapped
    strategy (:meth:`RoundDriver.apply`);
 3. runs the wrapped strategy's evaluation, and ``evaluate_fn``.
 
 A silo's reply that cannot be read or is refused makes that silo a straggler of the round
 (reported in :attr:`RoundReport.errors`); a round that cannot complete leaves the model as it
 was and says why.
-
-Length: about 380 lines of code: one round (train, close, recovery and its retries, the reruns
-for the weight bound and the clip range, aggregate) is one sequence on one per-run state, kept in
-one place; :meth:`RoundDriver.fit_round` serves both the Message-API loop and the legacy fit
-workflow. Membership, reply handling and reports already live beside it.
 """
 
 from __future__ import annotations
@@ -29,18 +28,19 @@ from __future__ import annotations
 import io
 import logging
 import time
-from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
-from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
+from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Result
 
 from coded_fl.errors import ConfigurationError, DecodingError, RunAbortedError
 from coded_fl.layout import flatten
 from coded_fl.secagg import RoundAborted, RoundResult
-from coded_fl.secagg.messages import RecoveryReply, Reveal, Upload
+from coded_fl.secagg.driver import ProtocolDriver, Reply, Waits
+from coded_fl.secagg.messages import Message as ProtocolMessage
+from coded_fl.secagg.messages import Upload
 from coded_fl.vocabulary import (
     CLIP_WIDENING,
     MSG_KEY,
@@ -53,7 +53,7 @@ from .composable import one_sum_reply
 from .exchange import Exchange
 from .membership import Membership
 from .records import integer_arrays, keep_layout, message_record, unflatten
-from .replies import feed, flower_message, late_reply
+from .replies import FlowerTransport, late_reply
 from .report import RoundReport
 from .roster import RosterGrid
 from .run import RunSettings, RunState
@@ -103,8 +103,16 @@ class RoundDriver:
             poll_interval=settings.poll_interval,
             on_late=lambda late, reply: late_reply(state, late, reply),
         )
-        self.membership = Membership(grid, state, self.exchange, key_timeout=settings.key_timeout)
+        self.transport = FlowerTransport(self.exchange, state)
+        self.protocol = ProtocolDriver(
+            state.machine, self.transport, notes=state.notes, log=LOG, on_taken=self._taken
+        )
+        self.membership = Membership(grid, state, self.protocol, key_timeout=settings.key_timeout)
         self._said_dropped = False  # metrics beyond the slots: said once per run
+
+    def _taken(self, reply: Reply) -> None:
+        if isinstance(reply.message, Upload):  # the names of the metrics in its slots
+            self.state.metric_names[reply.silo] = reply.meta
 
     # ------------------------------------------------------------------ the run
     def run(
@@ -312,15 +320,17 @@ class RoundDriver:
     def train_round(
         self, r: int, roster_grid: RosterGrid, arrays: ArrayRecord, train_config: ConfigRecord
     ) -> RoundReport:
-        """Train requests to every silo, the first max(n-s, U) uploads, recovery, the sum."""
-        st, machine, settings, ex = self.state, self.state.machine, self.settings, self.exchange
+        """Train requests to every silo, the first max(n-s, U) uploads, recovery, the sum (the
+        protocol's order is :class:`coded_fl.secagg.driver.ProtocolDriver`'s)."""
+        st, settings = self.state, self.settings
         spec = replace(
             settings.spec,
             max_weight=st.weight_bound,
             delta_scale=st.delta_scale,
             integer_arrays=st.layout.integer_names,
         )
-        st.weight_refused, st.metric_names = {}, {}
+        st.metric_names = {}
+        st.weight_refused.clear()  # this attempt's refusals only (the protocol driver's too)
         t0 = time.monotonic()
         report = RoundReport(round=r, ok=False, silos=st.config.n)
         inner_msgs = list(
@@ -335,7 +345,6 @@ class RoundDriver:
         content = inner_msgs[0].content
         send_arrays = content.get(spec.arrays_key, arrays)
         send_config = content[spec.config_key] if spec.config_key in content else ConfigRecord()
-        train_msgs = []
         # the digest every silo binds its shares to (the same content goes to every silo): a
         # disputed share is judged under it (docs/protocol.md, "Verifiable accusations")
         sent = RecordDict(
@@ -346,8 +355,9 @@ class RoundDriver:
             }
         )
         digest = inputs_digest(sent, spec)
-        for req in machine.start_round(r + st.round_offset, inputs=digest):
-            rec = RecordDict(
+
+        def records(req: ProtocolMessage) -> RecordDict:
+            return RecordDict(
                 {
                     spec.arrays_key: send_arrays,
                     spec.config_key: send_config,
@@ -355,131 +365,26 @@ class RoundDriver:
                     TRAIN_KEY: ConfigRecord(spec.to_dict()),  # type: ignore[arg-type]
                 }
             )
-            train_msgs.append(
-                Message(
-                    content=rec,
-                    dst_node_id=st.node_of[req.recipient],
-                    message_type=MessageType.TRAIN,
-                )
-            )
-        ids = ex.push(train_msgs, stage="train", round_=r)
-        report.round_trips = 1
-        deadline = t0 + min(settings.round_timeout, st.limit)
-        extra_until: list[float] = []
-        # the silos worth waiting for: not silent through the last two rounds, not excluded
-        awaited = {st.silo_of[node] for node in ids.values()} - st.silent - machine.excluded
-        answered: set[int] = set()
 
-        def on_upload(node: int, reply: Message) -> bool:
-            feed(st, st.silo_of[node], reply, Upload, report.errors)
-            answered.add(st.silo_of[node])
-            if machine.uploads_complete or (machine.uploads_ready and awaited <= answered):
-                return True
-            if len(ids) - len(st.misconfigured) - len(st.weight_refused) < st.config.min_uploads:
-                # too many silos refused because of a setting: no wait can complete the round
-                # (other failures may be transient, e.g. a node restarting: the round waits)
-                return True
-            if machine.uploads_ready and not extra_until:
-                extra_until.append(time.monotonic() + settings.extra_wait)
-            return bool(extra_until) and (
-                settings.extra_replies == 0 or time.monotonic() >= extra_until[0]
-            )
-
-        # returns at the close, at the end of the extra wait, or at the deadline
-        ex.collect(ids, on_upload, deadline=lambda: min([deadline, *extra_until]))
-        report.close_seconds = time.monotonic() - t0
-        out = machine.close_collection()
-        if isinstance(out, RoundAborted):
-            return self._aborted(report, out, t0)
-        if not out:  # a group-masked round: the masks cancel, nothing to recover
-            res = machine.finish()
-            if isinstance(res, RoundAborted):
-                return self._aborted(report, res, t0)
-            return self.apply(report, res, t0, arrays, train_msgs[0])
-        rec_msgs = [flower_message(st.node_of[q.recipient], q) for q in out]
-        rids = ex.push(rec_msgs, stage="recovery", round_=r)
-        report.round_trips = 2
-        machine.sum_uploads()  # the bulk of the decode, while the recovery requests travel
-
-        recovery_deadline = st.deadline(settings.recovery_timeout)
-        check_until: list[float] = []  # replies beyond U are checked: wait a little for them
-
-        def on_recovery(node: int, reply: Message) -> bool:
-            feed(st, st.silo_of[node], reply, RecoveryReply, report.errors, report.accused)
-            if machine.recovery_complete or machine.recovery_stuck:
-                return True
-            if machine.recovery_ready and not check_until:
-                check_until.append(time.monotonic() + settings.extra_wait)
-            return bool(check_until) and time.monotonic() >= check_until[0]
-
-        def recovery_close() -> float:
-            return min([recovery_deadline, *check_until])
-
-        ex.collect(rids, on_recovery, deadline=recovery_close)
-        self._settle_disputes(r, report, recovery_deadline)
-        while not machine.recovery_ready:
-            # silos accused by max(T + 1, 2) survivors: ask the others again without them
-            again = machine.retry_recovery()
-            if again is None:
-                break
-            LOG.warning(
-                "[coded-fl] round %d: silos accused by several others dropped from the "
-                "survivors (their mask shares failed authentication); asking %s again",
-                r,
-                list(again[0].survivors) if again else [],
-            )
-            rids = ex.push(
-                [flower_message(st.node_of[q.recipient], q) for q in again],
-                stage="recovery",
-                round_=r,
-            )
-            report.round_trips += 1
-            machine.sum_uploads()  # over the new survivor set
-            check_until.clear()
-            ex.collect(rids, on_recovery, deadline=recovery_close)
-            self._settle_disputes(r, report, recovery_deadline)
-        res = machine.finish()
-        if isinstance(res, RoundAborted):
-            return self._aborted(report, res, t0)
-        return self.apply(report, res, t0, arrays, train_msgs[0])
-
-    def _settle_disputes(self, r: int, report: RoundReport, deadline: float) -> None:
-        """The evidence stage, only in a round with accusations: each accused silo is asked to
-        reveal the one disputed share's key (``RevealRequest``); the machine judges each
-        reveal as it comes, and at the deadline (or once every accused answered) judges the
-        rest against their accused. Each verdict is in the round's ``accused`` and its liar
-        among the round's offenders."""
-        st, machine, ex = self.state, self.state.machine, self.exchange
-        asks = machine.reveal_requests()
-        if asks:
-            rids = ex.push(
-                [flower_message(st.node_of[q.recipient], q) for q in asks],
-                stage="reveal",
-                round_=r,
-            )
-            report.round_trips += 1
-            waiting = Counter(rids.values())  # requests per accused silo's node
-
-            def on_reveal(node: int, reply: Message) -> bool:
-                feed(st, st.silo_of[node], reply, Reveal, report.errors)
-                waiting[node] -= 1
-                return machine.disputes_settled or all(v <= 0 for v in waiting.values())
-
-            ex.collect(rids, on_reveal, deadline=deadline)
-        for v in machine.close_disputes():
-            report.accused[v.accused] = (
-                f"silo {v.accuser} accused it in round {v.round}; judged on the evidence: silo "
-                f"{v.liar} lied ({v.reason})"
-            )
-            LOG.warning(
-                "[coded-fl] round %d: silo %d accused silo %d; the evidence shows silo %d lied "
-                "(%s): named and left out of the session's later rounds",
-                r,
-                v.accuser,
-                v.accused,
-                v.liar,
-                v.reason,
-            )
+        self.transport.train_records = records
+        run = self.protocol.run_round(
+            r + st.round_offset,
+            inputs=digest,
+            waits=Waits(
+                round=st.wait(settings.round_timeout),
+                recovery=st.wait(settings.recovery_timeout),
+                extra=settings.extra_wait,
+            ),
+            skip=st.silent,
+            label=r,
+        )
+        report.round_trips, report.close_seconds = run.round_trips, run.close_seconds
+        report.errors.update(run.errors)
+        report.accused.update(run.accused)
+        res = run.result
+        if res is None or isinstance(res, RoundAborted):
+            return self._aborted(report, res or RoundAborted(r, "no outcome"), t0)
+        return self.apply(report, res, t0, arrays, self.transport.sent_train[0])
 
     def apply(
         self,

@@ -6,14 +6,11 @@ from __future__ import annotations
 
 import logging
 
-from flwr.app import Message
 from flwr.serverapp import Grid
 
-from coded_fl.errors import CodedFLError, ConfigurationError
-from coded_fl.secagg.messages import KeyReply
+from coded_fl.errors import ConfigurationError
+from coded_fl.secagg.driver import KeyExchangeError, ProtocolDriver, Waits
 
-from .exchange import Exchange
-from .replies import feed, flower_message
 from .run import RunState
 
 __all__ = ["Membership"]
@@ -97,18 +94,18 @@ class Membership:
         The Flower grid (nodes connected, their activation times).
     state
         The run (its node <-> silo maps, activation stamps and key exchanges are updated).
-    exchange
-        The run's message exchange.
+    protocol
+        The run's protocol driver (the key exchange runs through it).
     key_timeout
         Deadline of a key exchange, in seconds.
     """
 
     def __init__(
-        self, grid: Grid, state: RunState, exchange: Exchange, *, key_timeout: float
+        self, grid: Grid, state: RunState, protocol: ProtocolDriver, *, key_timeout: float
     ) -> None:
         self.grid = grid
         self.state = state
-        self.exchange = exchange
+        self.protocol = protocol
         self.key_timeout = key_timeout
 
     def renew(self, before_round: int) -> tuple[bool, tuple[int, ...]]:
@@ -174,28 +171,21 @@ class Membership:
         ConfigurationError
             If too few silos would have keys for a round; names the silos and their replies.
         """
-        st, machine = self.state, self.state.machine
-        errors: dict[int, str] = {}
+        st = self.state
         stamps = self._activations()
-        requests = machine.start_key_exchange(silos)
-        asked = tuple(q.recipient for q in requests)
-        st.key_exchanges.append((before_round, asked))
-        msgs = [flower_message(st.node_of[q.recipient], q) for q in requests]
-        ids = self.exchange.push(msgs, stage="keys", round_=before_round - 1)
-
-        def on_reply(node: int, reply: Message) -> bool:
-            feed(st, st.silo_of[node], reply, KeyReply, errors)
-            return len(errors) + machine.keys_received >= len(ids)
-
-        self.exchange.collect(ids, on_reply, deadline=st.deadline(self.key_timeout))
         try:
-            missing = machine.close_key_exchange()
-        except CodedFLError as exc:
-            keyless = sorted(set(asked) - set(machine.keyed_in_exchange))
-            raise ConfigurationError(key_failure(keyless, errors, st.node_of, str(exc))) from None
+            kx = self.protocol.key_exchange(
+                silos, round_=before_round - 1, waits=Waits(keys=st.wait(self.key_timeout))
+            )
+        except KeyExchangeError as exc:
+            st.key_exchanges.append((before_round, exc.asked))
+            keyless = sorted(set(exc.asked) - set(exc.keyed))
+            why = key_failure(keyless, exc.errors, st.node_of, str(exc))
+            raise ConfigurationError(why) from None
+        asked, missing, errors = kx.asked, kx.missing, kx.errors
+        st.key_exchanges.append((before_round, asked))
         for silo in asked:
             if silo not in missing:  # keyed now: remember when its node was activated
-                st.needs_keys.discard(silo)
                 node = st.node_of[silo]
                 if node in stamps:
                     st.activated[node] = stamps[node]

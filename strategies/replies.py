@@ -1,29 +1,32 @@
-"""How the server reads a silo's reply: hand it to the protocol machine, act on a typed refusal,
-or count the silo as a straggler of the stage; and what a late reply still tells.
+"""The protocol driver's transport over Flower (:class:`FlowerTransport`): how a silo's Flower
+reply is read (:func:`read_reply`), and what a late reply still tells (:func:`late_reply`).
 
 Every failure to read one silo's reply (a Flower error, a record that is not coded-fl's, a
-message that does not decode, one the machine refuses) is that silo's failure for the stage,
-recorded under its index; it never ends the run.
+message that does not decode) reaches the driver as that silo's failure for the stage
+(:func:`coded_fl.secagg.driver.take`); it never ends the run.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
+import time
+from collections.abc import Callable, Sequence
 
 from flwr.app import Message, MessageType, RecordDict
 
 from coded_fl.errors import CodedFLError, RemoteProtocolError
-from coded_fl.secagg.messages import Limits, Refusal, RefusalCode, Upload
+from coded_fl.secagg.driver import Batch, Reply, take_late
+from coded_fl.secagg.messages import Limits, Refusal, Upload
 from coded_fl.secagg.messages import Message as ProtocolMessage
-from coded_fl.secagg.server import ServerStage
 from coded_fl.vocabulary import MSG_KEY
 
-from .exchange import LateReply
+from .exchange import Exchange, LateReply
 from .records import message_from, message_record, metric_names
 from .run import RunState
 
-__all__ = ["feed", "flower_message", "late_reply"]
+__all__ = ["FlowerTransport", "flower_message", "late_reply", "read_reply"]
+
+TRAIN = MessageType.TRAIN
 
 LOG = logging.getLogger("flwr")
 
@@ -49,15 +52,12 @@ def flower_message(node: int, msg: ProtocolMessage) -> Message:
     )
 
 
-def feed(
-    state: RunState,
-    silo: int,
-    reply: Message,
-    kind: type,
-    errors: dict[int, str],
-    accused: dict[int, str] | None = None,
-) -> None:
-    """Hand a silo's reply to the run's machine, or record why it was not.
+def read_reply(state: RunState, silo: int, reply: Message, expect: tuple[type, ...]) -> Reply:
+    """A silo's Flower reply as the protocol driver takes it: its decoded message, or why there
+    is none (a Flower error, a record that is not coded-fl's, bytes that do not decode).
+
+    The type is read from the header first: a body is decoded only if ``expect`` takes it, and
+    within the limits of the run's configuration.
 
     Parameters
     ----------
@@ -67,83 +67,111 @@ def feed(
         The silo the reply came from (by its node).
     reply
         The Flower reply.
-    kind
-        The protocol message type the stage expects.
-    errors
-        Silo -> reason, for a reply that is an error, a refusal or refused.
-    accused
-        Silo -> accusation, filled from ``ACCUSES`` refusals (recovery stage).
+    expect
+        The protocol message types the stage takes.
+
+    Returns
+    -------
+    coded_fl.secagg.driver.Reply
     """
     if reply.has_error():
-        errors[silo] = str(reply.error.reason)
-        return
+        return Reply(silo, error=str(reply.error.reason))
     try:
-        # the type is read from the header first: a body is decoded only if the stage takes it,
-        # and within the limits of the run's configuration
-        msg = message_from(
-            reply.content, expect=(kind, Refusal), limits=Limits.for_config(state.config)
-        )
+        msg = message_from(reply.content, expect=expect, limits=Limits.for_config(state.config))
         if msg is None:
             raise RemoteProtocolError(
                 "replied without coded-fl content: add coded_fl_flower.coded_secagg_mod to its "
                 "ClientApp (ClientApp(mods=[coded_secagg_mod]))",
                 sender=silo,
             )
-        if msg.sender != silo:
-            raise RemoteProtocolError(
-                f"sent {type(msg).__name__} as silo {msg.sender}", sender=silo
-            )
-        if isinstance(msg, Refusal):
-            _refused(state, msg, errors, accused)
-            return
-        state.machine.receive(msg)
-        if isinstance(msg, Upload):  # the names of the metrics in its slots (names only)
-            state.metric_names[silo] = metric_names(reply)
     except CodedFLError as exc:
-        errors[silo] = str(exc)
-        LOG.warning("[coded-fl] refused a reply from silo %d: %s", silo, exc)
+        return Reply(silo, error=str(exc), unreadable=True)
+    # an upload's metric names (names only), kept once the machine takes the upload
+    return Reply(silo, msg, meta=metric_names(reply) if isinstance(msg, Upload) else None)
 
 
-def _refused(
-    state: RunState, msg: Refusal, errors: dict[int, str], accused: dict[int, str] | None
-) -> None:
-    """Act on a typed refusal: rekey a silo without keys, record a setting or a weight bound
-    that stops the round, record an accusation."""
-    silo = msg.sender
-    if msg.digest != state.config.digest:
-        raise RemoteProtocolError("refusal of a message of another session", sender=silo)
-    errors[silo] = msg.detail or msg.code.label
-    if msg.code == RefusalCode.NEEDS_KEYS:
-        state.needs_keys.add(silo)
-    elif msg.code in (RefusalCode.MISCONFIGURED, RefusalCode.UNTRUSTED_KEY):
-        # an untrusted key is a setting too (the trusted keys or an identity): it cannot
-        # succeed later, and a round that too many silos refuse so stops the run
-        state.misconfigured[silo] = errors[silo]
-        if msg.code == RefusalCode.UNTRUSTED_KEY:
-            LOG.warning("[coded-fl] silo %d refuses a relayed key: %s", silo, errors[silo])
-    elif msg.code == RefusalCode.WEIGHT_BOUND:
-        state.weight_refused[silo] = int(msg.bound)
-    elif (
-        msg.code == RefusalCode.ACCUSES
-        and accused is not None
-        and msg.accused is not None
-        and msg.accused != silo
-        and 0 <= msg.accused < state.config.n
-    ):
-        accused[msg.accused] = (
-            f"silo {silo} reports that the mask share silo {msg.accused} sent for it failed "
-            "authentication or key confirmation (altered in transit or by its sender, or a "
-            "false accusation: the evidence decides)"
-        )
-        LOG.warning("[coded-fl] silo %d accuses silo %d", silo, msg.accused)
-    if accused is not None and state.machine.stage == ServerStage.RECOVERING:
-        # the machine counts the refusal (it cannot answer) and opens a dispute over the
-        # accused share, judged on the evidence (ServerMachine.reveal_requests); a silo proven
-        # lying, or accused by max(T + 1, 2) survivors, is dropped from S (retry_recovery)
-        try:
-            state.machine.receive(msg)
-        except RemoteProtocolError as exc:
-            LOG.warning("[coded-fl] ignored a refusal from silo %d: %s", silo, exc)
+class FlowerTransport:
+    """The protocol driver's transport over Flower's Grid (:class:`Exchange`): protocol
+    messages go out as Flower train messages to the silos' nodes, replies come back decoded.
+
+    Parameters
+    ----------
+    exchange
+        The run's message exchange.
+    state
+        The run (its node <-> silo maps and configuration).
+    """
+
+    def __init__(self, exchange: Exchange, state: RunState) -> None:
+        self.exchange = exchange
+        self.state = state
+        #: the records a train request carries besides the protocol message (the model, the
+        #: user's config, the train spec), in order: set by the round driver before a round
+        self.train_records: Callable[[ProtocolMessage], RecordDict] | None = None
+        #: the Flower messages of the last train stage sent
+        self.sent_train: list[Message] = []
+
+    def now(self) -> float:
+        """Monotonic seconds."""
+        return time.monotonic()
+
+    def send(self, requests: Sequence[ProtocolMessage], *, stage: str, round_: int) -> Batch:
+        """Push one stage's requests to the silos' nodes.
+
+        Parameters
+        ----------
+        requests
+            The protocol requests.
+        stage
+            The stage (``keys``, ``train``, ``recovery``, ``reveal``).
+        round_
+            The round the exchange files them under (the Flower round).
+
+        Returns
+        -------
+        coded_fl.secagg.driver.Batch
+        """
+        st = self.state
+        if stage == "train" and self.train_records is not None:
+            make = self.train_records
+            msgs = [
+                Message(content=make(q), dst_node_id=st.node_of[q.recipient], message_type=TRAIN)
+                for q in requests
+            ]
+            self.sent_train = msgs
+        else:
+            msgs = [flower_message(st.node_of[q.recipient], q) for q in requests]
+        ids = self.exchange.push(msgs, stage=stage, round_=round_)
+        return Batch(stage, round_, tuple(st.silo_of[node] for node in ids.values()), ids)
+
+    def collect(
+        self,
+        batch: Batch,
+        expect: tuple[type, ...],
+        on_reply: Callable[[Reply], bool],
+        *,
+        deadline: Callable[[], float],
+    ) -> None:
+        """Pull replies until ``on_reply`` says done or the deadline (see
+        :meth:`Exchange.collect`).
+
+        Parameters
+        ----------
+        batch
+            What :meth:`send` returned.
+        expect
+            The protocol message types the stage takes.
+        on_reply
+            Takes each reply; True: done.
+        deadline
+            The monotonic time to stop at.
+        """
+        st = self.state
+
+        def each(node: int, reply: Message) -> bool:
+            return on_reply(read_reply(st, st.silo_of[node], reply, expect))
+
+        self.exchange.collect(batch.handle, each, deadline=deadline)
 
 
 def late_reply(state: RunState, late: LateReply, reply: Message) -> None:
@@ -178,21 +206,8 @@ def late_reply(state: RunState, late: LateReply, reply: Message) -> None:
     # one read: the header says the type; a refusal's body is decoded, and with group-aligned
     # masks a late upload's too (a straggler still confirms and deals edge keys)
     expect: tuple[type, ...] = (Refusal, Upload) if state.config.aligned else (Refusal,)
-    try:
-        msg = message_from(reply.content, expect=expect, limits=Limits.for_config(state.config))
-    except CodedFLError:
-        return  # a late upload, or a late reply that cannot be read, changes nothing
-    if isinstance(msg, Upload):
-        if msg.sender == silo:
-            with contextlib.suppress(CodedFLError):  # refused as late; its edge fields kept
-                state.machine.receive(msg)
-                # taken (it came before the stage's close was processed): it is in the sum
-                state.metric_names[silo] = metric_names(reply)
-        return
-    if (
-        isinstance(msg, Refusal)
-        and msg.sender == silo
-        and msg.code == RefusalCode.NEEDS_KEYS
-        and msg.digest == state.config.digest
-    ):
-        state.needs_keys.add(silo)
+    got = read_reply(state, silo, reply, expect)
+    taken = take_late(state.machine, state.notes, got) is None
+    if taken and isinstance(got.message, Upload) and got.message.sender == silo:
+        # taken (it came before the stage's close was processed): it is in the sum
+        state.metric_names[silo] = got.meta

@@ -16,6 +16,7 @@ from flwr.serverapp.strategy import Strategy
 
 from coded_fl.layout import UpdateLayout
 from coded_fl.secagg import ProtocolConfig, ServerMachine
+from coded_fl.secagg.driver import SiloNotes
 from coded_fl.vocabulary import MAX_DELTA_SCALE, TrainSpec
 
 from .report import RoundReport
@@ -98,14 +99,14 @@ class RunState:
         answering it).
     activated
         Node -> the SuperLink's ``last_activated_at`` when its key came.
-    needs_keys
-        Silos that refused with ``NEEDS_KEYS``: rekeyed before the next round.
-    misconfigured
-        Silo -> detail, for silos that refused the current round because of a setting.
-    weight_bound, weight_refused
+    notes
+        What the silos' refusals said (:class:`coded_fl.secagg.driver.SiloNotes`): silos that
+        need keys (rekeyed before the next round), silos that refused the current round
+        because of a setting, and silo -> the weight bound it asked for in the current round
+        (also as :attr:`needs_keys`, :attr:`misconfigured`, :attr:`weight_refused`).
+    weight_bound
         The sample-weight bound W the rounds use (the strategy's ``max_weight``, or the
-        automatic one), and silo -> the bound it asked for in the current round with a
-        ``WEIGHT_BOUND`` refusal.
+        automatic one).
     round_offset
         Protocol rounds = Flower round + this: a round rerun with a raised weight bound or
         delta scale takes the next protocol round number (a silo never trains one protocol
@@ -134,10 +135,8 @@ class RunState:
     key_exchanges: list[tuple[int, tuple[int, ...]]] = field(default_factory=list)
     key_seconds: float = 0.0
     activated: dict[int, str] = field(default_factory=dict)
-    needs_keys: set[int] = field(default_factory=set)
-    misconfigured: dict[int, str] = field(default_factory=dict)
+    notes: SiloNotes = field(default_factory=SiloNotes)
     weight_bound: float = 0.0
-    weight_refused: dict[int, int] = field(default_factory=dict)
     metric_names: dict[int, tuple[str, ...] | None] = field(default_factory=dict)
     fit_started: dict[int, float] = field(default_factory=dict)
     silent: frozenset[int] = frozenset()
@@ -146,6 +145,25 @@ class RunState:
 
     def __post_init__(self) -> None:
         self.silo_of = {node: silo for silo, node in self.node_of.items()}
+
+    @property
+    def needs_keys(self) -> set[int]:
+        """Silos that refused with ``NEEDS_KEYS`` (:attr:`notes`)."""
+        return self.notes.needs_keys
+
+    @property
+    def misconfigured(self) -> dict[int, str]:
+        """Silo -> detail, for silos that refused the current round because of a setting."""
+        return self.notes.misconfigured
+
+    @property
+    def weight_refused(self) -> dict[int, int]:
+        """Silo -> the weight bound it asked for in the current round."""
+        return self.notes.weight_refused
+
+    def wait(self, seconds: float) -> float:
+        """``seconds``, capped by the run's :attr:`limit`."""
+        return min(seconds, self.limit)
 
     def deadline(self, seconds: float) -> float:
         """The monotonic time ``seconds`` from now, capped by the run's :attr:`limit`."""

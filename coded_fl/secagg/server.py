@@ -1,6 +1,7 @@
 """The server's side of the protocol as a sans-IO state machine.
 
-Theory of operation (``docs/protocol.md`` has the whole protocol and its proofs):
+Theory of operation (``docs/protocol.md`` has the whole protocol and its proofs; the one caller
+that orders these calls is :class:`coded_fl.secagg.driver.ProtocolDriver`):
 
 - ``start_key_exchange`` -> KeyRequests; ``receive(KeyReply)``; ``close_key_exchange`` fixes the
   roster (once per run, again when membership changes).

@@ -2,8 +2,10 @@
 
 Every message goes through the binary codec (so its bytes are counted and its parsing is
 exercised). Each silo can be made slow (a virtual delay before its upload arrives) or made to
-drop at any stage. Arrival order follows the virtual clock; the server closes collection as
-soon as it may (never waiting for stragglers), exactly as the Flower strategy does.
+drop at any stage. The rounds are run by :class:`coded_fl.secagg.driver.ProtocolDriver`, the
+driver the Flower strategy uses, over an in-memory switchboard whose clock is virtual: replies
+arrive in the order of their delays, and the server closes collection as soon as it may (never
+waiting for stragglers).
 
 >>> cfg = ProtocolConfig(num_silos=4, num_stragglers=1, privacy_threshold=1, vector_length=3)
 >>> h = Harness(cfg, seed=0)
@@ -18,27 +20,29 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import partial
-from typing import Any, TypeVar
+from typing import Any
 
 import torch
 
-from coded_fl.errors import RemoteProtocolError
+from coded_fl.errors import CodedFLError, RemoteProtocolError
 from coded_fl.secagg.client import ClientMachine, refusal_for
 from coded_fl.secagg.config import ProtocolConfig
+from coded_fl.secagg.driver import Batch, KeyExchangeError, ProtocolDriver, Reply, Waits
 from coded_fl.secagg.messages import (
+    KeyRequest,
     Message,
     RecoveryReply,
     RecoveryRequest,
+    RevealRequest,
+    TrainRequest,
     Upload,
     decode,
     encode,
 )
+from coded_fl.secagg.policy import ClientPolicy
 from coded_fl.secagg.server import RoundAborted, RoundResult, ServerMachine
-
-M = TypeVar("M", bound=Message)
 
 __all__ = ["Harness", "RoundOutcome", "Silo", "deterministic_entropy", "gaussian_partials"]
 
@@ -81,6 +85,13 @@ class RoundOutcome:
     bytes_up: dict[int, int] = field(default_factory=dict)
     bytes_down: dict[int, int] = field(default_factory=dict)
     refused: list[tuple[int, str]] = field(default_factory=list)
+    #: step -> CPU seconds of each time it ran: the server's machine calls (``server_upload``,
+    #: ``server_close``, ``server_sum``, ``server_finish``, ...) and the silos' work
+    #: (``client_upload``, ``client_recovery``: the machine call and the encoding)
+    steps: dict[str, list[float]] = field(default_factory=dict)
+    #: message kind (``train_request``, ``upload``, ``recovery_request``, ``recovery_reply``,
+    #: ...) -> the size in bytes of each one sent
+    sizes: dict[str, list[int]] = field(default_factory=dict)
 
 
 def deterministic_entropy(seed: int) -> Callable[[int], bytes]:
@@ -137,6 +148,8 @@ class Harness:
         Seeds the default partials and the machines' entropy.
     secure_entropy
         Use the OS CSPRNG instead of seeded entropy.
+    policy
+        The silos' limits (default: :class:`~coded_fl.secagg.policy.ClientPolicy`'s).
     """
 
     def __init__(
@@ -146,134 +159,72 @@ class Harness:
         partials: Partials | None = None,
         seed: int = 0,
         secure_entropy: bool = False,
+        policy: ClientPolicy | None = None,
     ) -> None:
         self.config = config
         self.partials = partials or gaussian_partials(config.vector_length, seed=seed)
         self.server = ServerMachine(config)
         self.clients = {
-            i: ClientMachine()
+            i: ClientMachine(policy=policy)
             if secure_entropy
-            else ClientMachine(entropy=deterministic_entropy(seed * 997 + i))
+            else ClientMachine(entropy=deterministic_entropy(seed * 997 + i), policy=policy)
             for i in range(config.n)
         }
-        self._cpu: dict[int, float] = {}
-        self._server_cpu = 0.0
-        self._up: dict[int, int] = {}
-        self._down: dict[int, int] = {}
-
-    # ------------------------------------------------------------------ wiring
-    def _to_client(self, msg: M) -> M:
-        raw = encode(msg)
-        self._down[msg.recipient] = self._down.get(msg.recipient, 0) + len(raw)
-        out = decode(raw)
-        if type(out) is not type(msg):  # pragma: no cover - the codec round-trips types
-            raise RemoteProtocolError("message changed type on the wire")
-        return out
-
-    def _to_server(self, msg: Message, refused: list[tuple[int, str]]) -> None:
-        raw = encode(msg)
-        self._up[msg.sender] = self._up.get(msg.sender, 0) + len(raw)
-        t0 = time.thread_time()
-        try:
-            self.server.receive(decode(raw))
-        except RemoteProtocolError as exc:
-            refused.append((msg.sender, str(exc)))
-        finally:
-            self._server_cpu += time.thread_time() - t0
-
-    def _client(self, silo: int, fn: Callable[[], Any]) -> Any:
-        t0 = time.thread_time()
-        try:
-            return fn()
-        finally:
-            self._cpu[silo] = self._cpu.get(silo, 0.0) + time.thread_time() - t0
+        self._out = RoundOutcome(RoundAborted(0, "not run"))
+        self._decode = 0.0  # CPU seconds the switchboard spent decoding the reply in hand
 
     # ------------------------------------------------------------------ stages
     def setup(
         self, behaviour: Mapping[int, Silo] | None = None, silos: list[int] | None = None
     ) -> tuple[int, ...]:
         """Key exchange; returns the silos that did not answer."""
-        behaviour = behaviour or {}
-        refused: list[tuple[int, str]] = []
-        for req in self.server.start_key_exchange(silos):
-            if behaviour.get(req.recipient, Silo()).drop == "keys":
-                continue
-            c = self.clients[req.recipient]
-            delivered = self._to_client(req)
-            reply = self._client(req.recipient, partial(c.on_key_request, delivered))
-            self._to_server(reply, refused)
-        if refused:
-            raise RemoteProtocolError(f"key exchange refused: {refused}")
-        return self.server.close_key_exchange()
-
-    def run_round(self, number: int, behaviour: Mapping[int, Silo] | None = None) -> RoundOutcome:
-        """One round: train requests, uploads in virtual-time order, recovery, decode."""
-        behaviour = behaviour or {}
-        self._cpu, self._server_cpu, self._up, self._down = {}, 0.0, {}, {}
-        refused: list[tuple[int, str]] = []
-        t0 = time.thread_time()
-        requests = self.server.start_round(number)
-        self._server_cpu += time.thread_time() - t0
-        arrivals = []
-        for req in requests:
-            b = behaviour.get(req.recipient, Silo())
-            if b.drop in ("keys", "train"):
-                continue
-            silo = req.recipient
-            c = self.clients[silo]
-            delivered = self._to_client(req)
-
-            task = self._client(silo, lambda c=c, m=delivered: c.on_train_request(m))  # type: ignore[misc]
-            # training is not protocol work: the partial updates are made outside the timing
-            parts = [self.partials(number, k) for k in task.partitions]
-            if b.tamper is not None:
-                parts = [b.tamper(k, g) for k, g in zip(task.partitions, parts, strict=True)]
-            upload = self._client(silo, lambda c=c, t=task, g=parts: c.upload(t, g))  # type: ignore[misc]
-            if b.forge is not None:
-                upload = b.forge(upload)
-            arrivals.append((b.delay, silo, upload))
-        arrivals.sort(key=lambda a: (a[0], a[1]))
-        closed = False
-        result: RoundResult | RoundAborted | None = None
-        for _, _, upload in arrivals:
-            self._to_server(upload, refused)  # a late one is refused: the round closed without it
-            if not closed and self.server.uploads_ready and self.server.uploads_complete:
-                closed = True
-                result = self._recover(behaviour, refused)
-        if not closed:  # the deadline: close with what arrived
-            result = self._recover(behaviour, refused)
-        if result is None:  # pragma: no cover - every path above sets it
-            raise RuntimeError("round produced no outcome")
-        return RoundOutcome(
-            result, dict(self._cpu), self._server_cpu, dict(self._up), dict(self._down), refused
-        )
-
-    def _recover(
-        self, behaviour: Mapping[int, Silo], refused: list[tuple[int, str]]
-    ) -> RoundResult | RoundAborted:
-        t0 = time.thread_time()
-        out = self.server.close_collection()
-        if not isinstance(out, RoundAborted):
-            self.server.sum_uploads()  # as the Flower driver does, while the requests travel
-        self._server_cpu += time.thread_time() - t0
-        if isinstance(out, RoundAborted):
-            return out
-        self._ask(out, behaviour, refused)
-        self._settle(behaviour, refused)
-        while not self.server.recovery_ready:  # convicted silos: ask again without them
-            again = self.server.retry_recovery()
-            if again is None:
-                break
-            t0 = time.thread_time()
-            self.server.sum_uploads()  # the survivor set changed: a new sum
-            self._server_cpu += time.thread_time() - t0
-            self._ask(again, behaviour, refused)
-            self._settle(behaviour, refused)
-        t0 = time.thread_time()
+        self._out = RoundOutcome(RoundAborted(0, "keys"))
+        board = _Switchboard(self, behaviour or {}, 0)
         try:
-            return self.server.finish()
-        finally:
-            self._server_cpu += time.thread_time() - t0
+            keys = self._driver(board).key_exchange(silos)
+        except KeyExchangeError as exc:
+            if exc.errors:
+                why = f"key exchange refused: {sorted(exc.errors.items())}"
+                raise RemoteProtocolError(why) from None
+            raise
+        if keys.errors:
+            raise RemoteProtocolError(f"key exchange refused: {sorted(keys.errors.items())}")
+        return keys.missing
+
+    def run_round(
+        self,
+        number: int,
+        behaviour: Mapping[int, Silo] | None = None,
+        *,
+        waits: Waits | None = None,
+    ) -> RoundOutcome:
+        """One round: train requests, uploads in virtual-time order, recovery, decode; then the
+        uploads that came after the close (the machine refuses them: the round closed).
+        ``waits`` are the stages' deadlines in virtual seconds (default: none; the round
+        closes as soon as the configuration lets it)."""
+        out = self._out = RoundOutcome(RoundAborted(number, "not run"))
+        board = _Switchboard(self, behaviour or {}, number)
+        driver = self._driver(board)
+        run = driver.run_round(number, waits=waits or Waits())
+        if run.result is None:  # pragma: no cover - the driver always decides
+            raise RuntimeError("round produced no outcome")
+        out.result = run.result
+        out.refused.extend(sorted(run.errors.items()))
+        for reply in board.late:
+            why = driver.take_late(reply)
+            if why is not None:
+                out.refused.append((reply.silo, why))
+        out.server_seconds = sum(sum(v) for k, v in out.steps.items() if k.startswith("server_"))
+        return out
+
+    def _driver(self, board: _Switchboard) -> ProtocolDriver:
+        return ProtocolDriver(self.server, board, on_step=self._note)
+
+    def _note(self, step: str, seconds: float) -> None:
+        """A server step's CPU seconds (a received message's decoding counted in)."""
+        if step in ("server_keys", "server_upload", "server_recovery", "server_reveal"):
+            seconds, self._decode = seconds + self._decode, 0.0
+        self._out.steps.setdefault(step, []).append(seconds)
 
     def _ask(
         self,
@@ -281,44 +232,15 @@ class Harness:
         behaviour: Mapping[int, Silo],
         refused: list[tuple[int, str]],
     ) -> None:
-        """Deliver recovery requests; a silo's typed refusal (an accusation) goes to the server."""
-        for req in requests:
-            if behaviour.get(req.recipient, Silo()).drop == "recovery":
-                continue
-            c = self.clients[req.recipient]
-            delivered = self._to_client(req)
-            liar = behaviour.get(req.recipient, Silo()).accuse
-            try:
-                if liar is not None:  # the refusal an honest silo sends for a bad share
-                    raise RemoteProtocolError("its mask share failed authentication", sender=liar)
-                reply: Message = self._client(
-                    req.recipient, partial(c.on_recovery_request, delivered)
-                )
-            except RemoteProtocolError as exc:
-                refusal = refusal_for(exc, delivered)
-                if refusal is None:
-                    raise
-                reply = refusal
-            forge = behaviour.get(req.recipient, Silo()).forge_recovery
-            if forge is not None and isinstance(reply, RecoveryReply):
-                reply = forge(reply)
-            self._to_server(reply, refused)
-
-    def _settle(self, behaviour: Mapping[int, Silo], refused: list[tuple[int, str]]) -> None:
-        """The evidence stage: each accused silo is asked to reveal the disputed share's key;
-        a refusal or silence leaves the dispute to :meth:`ServerMachine.close_disputes`."""
-        for req in self.server.reveal_requests():
-            if behaviour.get(req.recipient, Silo()).withhold:
-                continue
-            c = self.clients[req.recipient]
-            delivered = self._to_client(req)
-            try:
-                reply = self._client(req.recipient, partial(c.on_reveal_request, delivered))
-            except RemoteProtocolError as exc:
-                refused.append((req.recipient, str(exc)))
-                continue
-            self._to_server(reply, refused)
-        self.server.close_disputes()
+        """Deliver recovery requests and hand each answer (a reply or a typed refusal, e.g. an
+        accusation) to the server: a stage driven by hand, for tests that stop the round at
+        its evidence stage."""
+        board = _Switchboard(self, behaviour, requests[0].round if requests else 0)
+        driver = self._driver(board)
+        errors: dict[int, str] = {}
+        for reply in board.send(requests, stage="recovery", round_=board.round).handle:
+            driver._take("recovery", board.read(reply), errors, {})
+        refused.extend(sorted(errors.items()))
 
     def expected_total(self, number: int) -> torch.Tensor:
         """The exact sum the round must produce: quantize every partition like a silo does and
@@ -331,3 +253,167 @@ class Harness:
             key = RoundingKey.for_partition(cfg.seed_id, number, k)
             total += stochastic_round(self.partials(number, k), cfg.quantization, key)
         return total
+
+
+@dataclass(order=True)
+class _Arrival:
+    """A silo's answer on the wire: when it arrives (virtual seconds), from whom, its bytes or
+    why the silo sent none."""
+
+    at: float
+    silo: int
+    raw: bytes = field(default=b"", compare=False)
+    error: str = field(default="", compare=False)
+
+
+#: The client step a stage's reply encoding is timed into (the step that made the reply).
+_ENCODE_INTO = {"train": "client_upload", "recovery": "client_recovery"}
+
+#: Message kinds by stage, as :attr:`RoundOutcome.sizes` names them: (request, reply).
+_KINDS = {
+    "keys": ("key_request", "key_reply"),
+    "train": ("train_request", "upload"),
+    "recovery": ("recovery_request", "recovery_reply"),
+    "reveal": ("reveal_request", "reveal"),
+}
+
+
+class _Switchboard:
+    """The harness's :class:`~coded_fl.secagg.driver.Transport`: every request is encoded,
+    decoded by its silo's machine, answered as the silo's :class:`Silo` behaviour says, and
+    the answer encoded; answers arrive in virtual time (a train request's after the silo's
+    delay, the others at once). Answers the driver stops waiting for are kept in
+    :attr:`late`."""
+
+    def __init__(self, harness: Harness, behaviour: Mapping[int, Silo], round_: int) -> None:
+        self.h = harness
+        self.behaviour = behaviour
+        self.round = round_
+        self.clock = 0.0
+        self.late: list[Reply] = []
+
+    def now(self) -> float:
+        return self.clock
+
+    def _count(self, table: dict[int, int], silo: int, kind: str, raw: bytes) -> None:
+        table[silo] = table.get(silo, 0) + len(raw)
+        self.h._out.sizes.setdefault(kind, []).append(len(raw))
+
+    def _client(
+        self, silo: int, step: str | None, fn: Callable[[], Any], *, add: bool = False
+    ) -> Any:
+        """Run ``fn`` as silo ``silo``'s work, timed under ``step`` (``add``: into the step's
+        last entry, e.g. the encoding of the reply the step made)."""
+        out = self.h._out
+        t0 = time.thread_time()
+        try:
+            return fn()
+        finally:
+            sec = time.thread_time() - t0
+            out.client_seconds[silo] = out.client_seconds.get(silo, 0.0) + sec
+            if step is not None:
+                times = out.steps.setdefault(step, [])
+                if add and times:
+                    times[-1] += sec
+                else:
+                    times.append(sec)
+
+    def send(self, requests: Sequence[Message], *, stage: str, round_: int) -> Batch:
+        ask, answer = _KINDS[stage]
+        arrivals: list[_Arrival] = []
+        for req in requests:
+            silo = req.recipient
+            raw = encode(req)
+            self._count(self.h._out.bytes_down, silo, ask, raw)
+            delivered = decode(raw)
+            if type(delivered) is not type(req):  # pragma: no cover - the codec keeps types
+                raise RemoteProtocolError("message changed type on the wire")
+            b = self.behaviour.get(silo, Silo())
+            reply, delay, error = self._answer(silo, b, delivered)
+            if error:  # the silo refused without a typed refusal: it says why, sends nothing
+                arrivals.append(_Arrival(self.clock, silo, error=error))
+                continue
+            if reply is None:
+                continue
+            raw_reply = self._client(
+                silo,
+                None,
+                lambda m=reply: encode(m),  # type: ignore[misc]
+            )
+            self._count(self.h._out.bytes_up, silo, answer, raw_reply)
+            arrivals.append(_Arrival(self.clock + delay, silo, raw_reply))
+        return Batch(stage, round_, tuple(q.recipient for q in requests), sorted(arrivals))
+
+    def _answer(self, silo: int, b: Silo, msg: Message) -> tuple[Message | None, float, str]:
+        """What silo ``silo`` sends back for ``msg``, after how long (None: nothing) and, for
+        a reveal it refuses, why. Any other error the silo's machine raises propagates (a test
+        sees it)."""
+        c = self.h.clients[silo]
+        if isinstance(msg, KeyRequest):
+            if b.drop == "keys":
+                return None, 0.0, ""
+            return self._client(silo, "client_keys", lambda: c.on_key_request(msg)), 0.0, ""
+        if isinstance(msg, TrainRequest):
+            if b.drop in ("keys", "train"):
+                return None, 0.0, ""
+            task = self._client(silo, "client_train_request", lambda: c.on_train_request(msg))
+            # training is not protocol work: the partial updates are made outside the timing
+            parts = [self.h.partials(msg.round, k) for k in task.partitions]
+            if b.tamper is not None:
+                parts = [b.tamper(k, g) for k, g in zip(task.partitions, parts, strict=True)]
+            upload = self._client(silo, "client_upload", lambda: c.upload(task, parts))
+            return (b.forge(upload) if b.forge is not None else upload), b.delay, ""
+        if isinstance(msg, RecoveryRequest):
+            if b.drop == "recovery":
+                return None, 0.0, ""
+            reply: Message
+            try:
+                if b.accuse is not None:  # the refusal an honest silo sends for a bad share
+                    raise RemoteProtocolError(
+                        "its mask share failed authentication", sender=b.accuse
+                    )
+                reply = self._client(silo, "client_recovery", lambda: c.on_recovery_request(msg))
+            except RemoteProtocolError as exc:
+                refusal = refusal_for(exc, msg)
+                if refusal is None:
+                    raise
+                reply = refusal
+            if b.forge_recovery is not None and isinstance(reply, RecoveryReply):
+                reply = b.forge_recovery(reply)
+            return reply, 0.0, ""
+        if not isinstance(msg, RevealRequest):  # pragma: no cover - the driver's four stages
+            raise TypeError(f"the harness does not answer {type(msg).__name__}")
+        if b.withhold:
+            return None, 0.0, ""
+        try:
+            return self._client(silo, "client_reveal", lambda: c.on_reveal_request(msg)), 0.0, ""
+        except RemoteProtocolError as exc:
+            return None, 0.0, str(exc)
+
+    def read(self, arrival: _Arrival) -> Reply:
+        """The driver's view of an arrival: its decoded message, or why there is none."""
+        if arrival.error:
+            return Reply(arrival.silo, error=arrival.error)
+        try:
+            return Reply(arrival.silo, decode(arrival.raw))
+        except CodedFLError as exc:
+            return Reply(arrival.silo, error=str(exc), unreadable=True)
+
+    def collect(
+        self,
+        batch: Batch,
+        expect: tuple[type[Message], ...],
+        on_reply: Callable[[Reply], bool],
+        *,
+        deadline: Callable[[], float],
+    ) -> None:
+        pending: list[_Arrival] = list(batch.handle)
+        while pending and pending[0].at <= deadline():
+            arrival = pending.pop(0)
+            self.clock = max(self.clock, arrival.at)
+            t0 = time.thread_time()
+            reply = self.read(arrival)
+            self.h._decode = time.thread_time() - t0  # server work: into the receive step
+            if on_reply(reply):
+                break
+        self.late.extend(self.read(a) for a in pending)

@@ -41,12 +41,9 @@ import torch
 from coded_fl.crypto import SEAL_OVERHEAD
 from coded_fl.secagg import ProtocolConfig, RoundResult
 from coded_fl.secagg.aligned import mask_graph
-from coded_fl.secagg.client import ClientMachine
 from coded_fl.secagg.evidence import EPHEMERAL_BYTES
-from coded_fl.secagg.messages import decode, encode
 from coded_fl.secagg.policy import ClientPolicy
-from coded_fl.secagg.server import ServerMachine
-from simulations.runtime.secagg_harness import deterministic_entropy, gaussian_partials
+from simulations.runtime.secagg_harness import Harness, Silo, gaussian_partials
 
 __all__ = [
     "MASKINGS",
@@ -132,84 +129,43 @@ def measure_step_costs(
     )
     if masking == "aligned":
         rounds += 2
-    partials = gaussian_partials(d, seed=seed)
-    server = ServerMachine(cfg)
-    policy = ClientPolicy(max_silos=max(n, ClientPolicy().max_silos))  # the n^2 anchors
-    clients = {
-        i: ClientMachine(entropy=deterministic_entropy(seed * 997 + i), policy=policy)
-        for i in range(n)
-    }
-    for req in server.start_key_exchange():
-        server.receive(decode(encode(clients[req.recipient].on_key_request(decode(encode(req))))))
-    server.close_key_exchange()
-    samples: dict[str, list[float]] = {}
-    sizes: dict[str, int] = {}
-
-    def note(key: str, value: float) -> None:
-        samples.setdefault(key, []).append(value)
-
+    h = Harness(
+        cfg,
+        partials=gaussian_partials(d, seed=seed),
+        seed=seed,
+        policy=ClientPolicy(max_silos=max(n, ClientPolicy().max_silos)),  # the n^2 anchors
+    )
+    h.setup()
+    gone = {i: Silo(drop="train") for i in range(n - s, n)}
+    last = None
     for r in range(1, rounds + 1):
-        keep = r == rounds or rounds == 1
-        requests = server.start_round(r)
-        sizes["train_request_bytes"] = len(encode(requests[0]))
-        uploads = []
-        for req in requests[: n - s]:
-            c = clients[req.recipient]
-            raw_req = encode(req)
-            task = c.on_train_request(decode(raw_req))
-            parts = [partials(r, k) for k in task.partitions]  # training: not protocol work
-            raw, sec = _timed(lambda c=c, t=task, g=parts: encode(c.upload(t, g)))  # type: ignore[misc]
-            uploads.append(raw)
-            if keep:
-                note("client_upload", sec)
-        sizes["upload_bytes"] = len(uploads[0])
-        for raw in uploads:
-            _, sec = _timed(lambda raw=raw: server.receive(decode(raw)))  # type: ignore[misc]
-            if keep:
-                note("server_upload", sec)
-        out, sec = _timed(server.close_collection)
-        if not isinstance(out, list):
-            raise RuntimeError(f"cost round aborted: {out.reason}")
-        if keep:
-            note("server_close", sec)
-        _, sec = _timed(server.sum_uploads)
-        if keep:
-            note("server_sum", sec)
-        if masking == "aligned" and keep and out:
-            raise RuntimeError(f"the timed aligned round {r} asked for a recovery stage")
-        if not out:  # one round trip: nothing to recover
-            sizes.update(
-                recovery_request_bytes=0, recovery_request_mean_bytes=0, recovery_reply_bytes=0
-            )
-            for step in ("client_recovery", "server_recovery"):
-                if keep:
-                    note(step, 0.0)
-            res, sec = _timed(server.finish)
-            if not isinstance(res, RoundResult):
-                raise RuntimeError(f"cost round aborted: {res.reason}")
-            if keep:
-                note("server_finish", sec)
-            continue
-        sizes["recovery_request_bytes"] = len(encode(out[0]))
-        sizes["recovery_request_mean_bytes"] = statistics.fmean(len(encode(q)) for q in out)
-        replies = []
-        for req in out:
-            c = clients[req.recipient]
-            q = encode(req)
-            raw, sec = _timed(lambda c=c, q=q: encode(c.on_recovery_request(decode(q))))  # type: ignore[misc]
-            replies.append(raw)
-            if keep:
-                note("client_recovery", sec)
-        sizes["recovery_reply_bytes"] = len(replies[0])
-        for raw in replies[: cfg.U]:
-            _, sec = _timed(lambda raw=raw: server.receive(decode(raw)))  # type: ignore[misc]
-            if keep:
-                note("server_recovery", sec)
-        res, sec = _timed(server.finish)
-        if not isinstance(res, RoundResult):
-            raise RuntimeError(f"cost round aborted: {res.reason}")
-        if keep:
-            note("server_finish", sec)
+        last = h.run_round(r, behaviour=gone)
+        if not isinstance(last.result, RoundResult):
+            raise RuntimeError(f"cost round aborted: {last.result.reason}")
+    if last is None:  # pragma: no cover - rounds >= 1
+        raise ValueError("rounds must be at least 1")
+    sizes: dict[str, float] = {
+        "train_request_bytes": last.sizes["train_request"][0],
+        "upload_bytes": last.sizes["upload"][0],
+    }
+    asked = last.sizes.get("recovery_request", [])
+    if masking == "aligned" and asked:
+        raise RuntimeError(f"the timed aligned round {rounds} asked for a recovery stage")
+    sizes.update(
+        recovery_request_bytes=asked[0] if asked else 0,
+        recovery_request_mean_bytes=statistics.fmean(asked) if asked else 0,
+        recovery_reply_bytes=last.sizes["recovery_reply"][0] if asked else 0,
+    )
+    steps = (
+        "client_upload",
+        "server_upload",
+        "server_close",
+        "server_sum",
+        "server_finish",
+        "client_recovery",
+        "server_recovery",
+    )
+    samples = {k: last.steps.get(k) or [0.0] for k in steps}
     plain = _plain_costs(n - s, d, seed=seed)
     return StepCosts(
         n=n,

@@ -36,7 +36,7 @@ from coded_fl.secagg.messages import (
 )
 from coded_fl.vocabulary import FRAME_ARRAY, MSG_KEY, read_frame
 from strategies.exchange import LateReply
-from strategies.replies import feed, late_reply
+from strategies.replies import late_reply
 from tests.fuzz import tally
 from tests.fuzz.stages import (
     CFG,
@@ -44,6 +44,7 @@ from tests.fuzz.stages import (
     client_machine,
     deliver_to_client,
     differing_fields,
+    feed,
     run_state,
     server_machine,
     server_snapshot,

@@ -18,11 +18,13 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 from cryptography.hazmat.primitives.asymmetric import ec
+from flwr.app import Message as FlowerMessage
 
 from clients.mod import _limits
 from coded_fl.layout import EXTRAS, UpdateLayout
 from coded_fl.secagg import ProtocolConfig, RoundResult, ServerMachine
 from coded_fl.secagg.client import ClientMachine
+from coded_fl.secagg.driver import take
 from coded_fl.secagg.identity import Identity, TrustRoster
 from coded_fl.secagg.messages import (
     SERVER,
@@ -37,6 +39,7 @@ from coded_fl.secagg.messages import (
     encode,
 )
 from simulations.runtime.secagg_harness import Harness
+from strategies.replies import read_reply
 from strategies.run import RunState
 
 CFG = ProtocolConfig(
@@ -232,6 +235,24 @@ def run_state(machine: ServerMachine) -> RunState:
         node_of={i: 100 + i for i in range(CFG.n)},
         limit=60.0,
     )
+
+
+def feed(
+    state: RunState,
+    silo: int,
+    reply: FlowerMessage,
+    kind: type,
+    errors: dict[int, str],
+    accused: dict[int, str] | None = None,
+) -> None:
+    """One in-time Flower reply from ``silo`` at a stage that takes ``kind``, as the strategy's
+    protocol driver handles it: read by the Flower transport, taken by the driver (the run's
+    metric names kept for a taken upload)."""
+    got = read_reply(state, silo, reply, (kind, Refusal))
+    if take(state.machine, state.notes, got, kind, errors, accused) and isinstance(
+        got.message, Upload
+    ):
+        state.metric_names[silo] = got.meta
 
 
 def server_snapshot(state: RunState) -> tuple:

@@ -63,6 +63,7 @@ def _problems() -> list[str]:
         init_params = _params(obj.__init__)  # type: ignore[misc]
         if (
             init_params
+            and not getattr(obj, "_is_protocol", False)  # a structural type: never constructed
             and not dataclasses.is_dataclass(obj)
             and "Parameters" not in doc
             and "Attributes" not in doc

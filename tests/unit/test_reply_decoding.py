@@ -44,8 +44,8 @@ from coded_fl.secagg.messages import (
 )
 from coded_fl.vocabulary import FRAME_ARRAY, MSG_KEY, STATE_KEY, TRAIN_KEY, TrainSpec, read_frame
 from simulations.runtime.secagg_harness import Harness
-from strategies.replies import feed
 from strategies.run import RunState
+from tests.fuzz.stages import feed
 
 CFG = ProtocolConfig(
     num_silos=4, num_stragglers=1, privacy_threshold=1, vector_length=6, run_id="replies"

@@ -1,0 +1,683 @@
+"""The one place that orders the server machine's calls: key exchanges and rounds, over any
+transport.
+
+:class:`~coded_fl.secagg.server.ServerMachine` is sans-IO: it says what to send and takes what
+comes, but a caller must call it in the protocol's order (keys, train requests, the close at the
+first max(n - s, U) uploads, recovery, disputes, retries, decode). :class:`ProtocolDriver` is
+that order, written once. It reaches the silos through a small :class:`Transport`:
+
+- ``send(requests, stage=, round_=)`` pushes one stage's requests and returns a :class:`Batch`;
+- ``collect(batch, expect, on_reply, deadline=)`` hands each reply, decoded into a
+  :class:`Reply`, to ``on_reply`` until it returns True or the deadline passes;
+- ``now()`` is the transport's clock (wall time, or a virtual clock).
+
+Three transports use it: Flower's Grid (``strategies.driver``), the in-memory switchboard of
+``simulations.runtime.secagg_harness`` (virtual delays, misbehaving silos) and, through that
+harness, the cost model of ``simulations.stragglers.costs``. What a deployment adds around a
+round (which model to send, reruns for the weight bound or the clip range, evaluation) stays
+with the caller; how the protocol's messages flow does not.
+
+Refusals are protocol signals and are acted on here (:func:`take`): ``NEEDS_KEYS`` marks a
+silo for a rekey, ``MISCONFIGURED`` / ``UNTRUSTED_KEY`` a setting that no wait can fix,
+``WEIGHT_BOUND`` the bound a silo asked for, ``ACCUSES`` an accusation the evidence stage
+judges. They are kept in :class:`SiloNotes`, which the caller reads between rounds.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from coded_fl.errors import CodedFLError, DecodingError, RemoteProtocolError
+from coded_fl.secagg.messages import (
+    KeyReply,
+    Message,
+    RecoveryReply,
+    Refusal,
+    RefusalCode,
+    Reveal,
+    Upload,
+)
+from coded_fl.secagg.server import RoundAborted, RoundResult, ServerMachine, ServerStage
+
+__all__ = [
+    "Batch",
+    "KeyExchange",
+    "KeyExchangeError",
+    "ProtocolDriver",
+    "Reply",
+    "RoundRun",
+    "SiloNotes",
+    "Transport",
+    "Waits",
+    "take",
+    "take_late",
+]
+
+LOG = logging.getLogger("coded_fl")
+
+#: The message type each stage's replies must have (besides a :class:`Refusal`).
+EXPECT: dict[str, type[Message]] = {
+    "keys": KeyReply,
+    "train": Upload,
+    "recovery": RecoveryReply,
+    "reveal": Reveal,
+}
+
+#: The step a received message is timed under (:attr:`ProtocolDriver.on_step`).
+_RECEIVE_STEP = {
+    "keys": "server_keys",
+    "train": "server_upload",
+    "recovery": "server_recovery",
+    "reveal": "server_reveal",
+}
+
+
+@dataclass(frozen=True)
+class Reply:
+    """One silo's answer to a request, as the transport read it.
+
+    Parameters
+    ----------
+    silo
+        The silo the reply came from (by the node it was sent to, not by what it claims).
+    message
+        The decoded protocol message (the stage's type or a :class:`Refusal`); None when the
+        reply could not be read.
+    error
+        Why there is no message: the transport's failure (e.g. the silo's app raised) or why
+        the bytes were refused.
+    unreadable
+        True when bytes came but were refused (logged as a refused reply); False for a
+        transport failure.
+    meta
+        Whatever the transport wants back with the reply once the machine took it (e.g. the
+        names of an upload's metrics); the driver does not read it.
+    """
+
+    silo: int
+    message: Message | None = None
+    error: str = ""
+    unreadable: bool = False
+    meta: Any = None
+
+
+@dataclass(frozen=True)
+class Batch:
+    """The requests of one stage, as sent: the silos they reached and the transport's handle."""
+
+    stage: str
+    round: int
+    silos: tuple[int, ...]
+    handle: Any = None
+
+
+class Transport(Protocol):
+    """How the driver reaches the silos (see the module docstring)."""
+
+    def send(self, requests: Sequence[Message], *, stage: str, round_: int) -> Batch:
+        """Push one stage's requests."""
+        ...
+
+    def collect(
+        self,
+        batch: Batch,
+        expect: tuple[type[Message], ...],
+        on_reply: Callable[[Reply], bool],
+        *,
+        deadline: Callable[[], float],
+    ) -> None:
+        """Hand replies to ``on_reply`` until it returns True, every reply came, or ``now()``
+        passes ``deadline()``. A body whose type is not in ``expect`` need not be decoded."""
+        ...
+
+    def now(self) -> float:
+        """The transport's clock, in seconds (deadlines are on it)."""
+        ...
+
+
+@dataclass(frozen=True)
+class Waits:
+    """How long each stage may wait, in seconds of the transport's clock.
+
+    Parameters
+    ----------
+    round
+        From the train requests to the close of the collection.
+    recovery
+        From the recovery requests to the decode (the evidence stage included).
+    extra
+        After max(n - s, U) uploads (or U recovery replies): how long to wait for the extra
+        replies the configuration asks for (``extra_replies``).
+    keys
+        A key exchange.
+    """
+
+    round: float = math.inf
+    recovery: float = math.inf
+    extra: float = math.inf
+    keys: float = math.inf
+
+
+@dataclass
+class SiloNotes:
+    """What the silos' refusals said, for the caller to act on between rounds.
+
+    Attributes
+    ----------
+    needs_keys
+        Silos that refused with ``NEEDS_KEYS``: rekey them before the next round.
+    misconfigured
+        Silo -> detail, for silos that refused because of a setting (the caller clears it
+        before each round it starts).
+    weight_refused
+        Silo -> the weight bound it asked for in the current round (``WEIGHT_BOUND``).
+    """
+
+    needs_keys: set[int] = field(default_factory=set)
+    misconfigured: dict[int, str] = field(default_factory=dict)
+    weight_refused: dict[int, int] = field(default_factory=dict)
+
+
+@dataclass
+class RoundRun:
+    """One round as the driver ran it.
+
+    Attributes
+    ----------
+    result
+        The machine's decode, or why the round aborted.
+    round_trips
+        Request/reply trips (train, recovery, evidence, retries).
+    close_seconds
+        From the train requests to the close of the collection (transport clock).
+    errors
+        Silo -> why one of its replies was not taken (the last one).
+    accused
+        Accused silo -> the accusation, then the verdict on it.
+    late
+        (silo, why) of late replies the machine refused (:meth:`ProtocolDriver.take_late`).
+    """
+
+    result: RoundResult | RoundAborted | None = None
+    round_trips: int = 0
+    close_seconds: float = 0.0
+    errors: dict[int, str] = field(default_factory=dict)
+    accused: dict[int, str] = field(default_factory=dict)
+    late: list[tuple[int, str]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class KeyExchange:
+    """One key exchange as the driver ran it.
+
+    Attributes
+    ----------
+    asked
+        The silos asked.
+    missing
+        Those asked that sent no key (the rounds can do without them).
+    errors
+        Silo -> why its reply failed (silos missing here sent nothing in time).
+    """
+
+    asked: tuple[int, ...]
+    missing: tuple[int, ...]
+    errors: dict[int, str]
+
+
+class KeyExchangeError(DecodingError):
+    """A key exchange left too few silos with keys for a round (the machine's
+    :class:`~coded_fl.errors.DecodingError`, with what each silo answered).
+
+    Attributes
+    ----------
+    asked
+        The silos asked.
+    keyed
+        Those that sent a key.
+    errors
+        Silo -> why its reply failed (silos missing here sent nothing in time).
+    """
+
+    def __init__(
+        self, why: str, asked: tuple[int, ...], keyed: tuple[int, ...], errors: dict[int, str]
+    ) -> None:
+        super().__init__(why)
+        self.asked, self.keyed, self.errors = asked, keyed, errors
+
+
+def take(
+    machine: ServerMachine,
+    notes: SiloNotes,
+    reply: Reply,
+    expect: type[Message],
+    errors: dict[int, str],
+    accused: dict[int, str] | None = None,
+    *,
+    log: logging.Logger = LOG,
+) -> bool:
+    """Hand one in-time reply to the machine, act on a typed refusal, or record why not.
+
+    Every failure (a transport error, bytes that do not decode, a message of another type or
+    from another silo, one the machine refuses) is that silo's failure for the stage, recorded
+    in ``errors``; it never stops the round.
+
+    Parameters
+    ----------
+    machine
+        The server machine.
+    notes
+        Where refusals are noted.
+    reply
+        The reply, as the transport read it.
+    expect
+        The message type the stage takes (:data:`EXPECT`).
+    errors
+        Silo -> why, filled on failure.
+    accused
+        Accused silo -> accusation, filled from ``ACCUSES`` refusals (recovery stage).
+    log
+        Where refused replies and accusations are logged.
+
+    Returns
+    -------
+    bool
+        True when the machine took the message.
+    """
+    silo, msg = reply.silo, reply.message
+    if msg is None:
+        errors[silo] = reply.error or "no readable reply"
+        if reply.unreadable:
+            log.warning("[coded-fl] refused a reply from silo %d: %s", silo, errors[silo])
+        return False
+    try:
+        if not isinstance(msg, (expect, Refusal)):
+            raise RemoteProtocolError(
+                f"sent {type(msg).__name__} where {expect.__name__} was expected", sender=silo
+            )
+        if msg.sender != silo:
+            raise RemoteProtocolError(
+                f"sent {type(msg).__name__} as silo {msg.sender}", sender=silo
+            )
+        if isinstance(msg, Refusal):
+            _refused(machine, notes, msg, errors, accused, log)
+            return False
+        machine.receive(msg)
+        return True
+    except CodedFLError as exc:
+        errors[silo] = str(exc)
+        log.warning("[coded-fl] refused a reply from silo %d: %s", silo, exc)
+        return False
+
+
+def _refused(
+    machine: ServerMachine,
+    notes: SiloNotes,
+    msg: Refusal,
+    errors: dict[int, str],
+    accused: dict[int, str] | None,
+    log: logging.Logger,
+) -> None:
+    """Act on a typed refusal: rekey a silo without keys, note a setting or a weight bound
+    that stops the round, note an accusation."""
+    silo = msg.sender
+    if msg.digest != machine.config.digest:
+        raise RemoteProtocolError("refusal of a message of another session", sender=silo)
+    errors[silo] = msg.detail or msg.code.label
+    if msg.code == RefusalCode.NEEDS_KEYS:
+        notes.needs_keys.add(silo)
+    elif msg.code in (RefusalCode.MISCONFIGURED, RefusalCode.UNTRUSTED_KEY):
+        # an untrusted key is a setting too (the trusted keys or an identity): it cannot
+        # succeed later, and a round that too many silos refuse so stops the run
+        notes.misconfigured[silo] = errors[silo]
+        if msg.code == RefusalCode.UNTRUSTED_KEY:
+            log.warning("[coded-fl] silo %d refuses a relayed key: %s", silo, errors[silo])
+    elif msg.code == RefusalCode.WEIGHT_BOUND:
+        notes.weight_refused[silo] = int(msg.bound)
+    elif (
+        msg.code == RefusalCode.ACCUSES
+        and accused is not None
+        and msg.accused is not None
+        and msg.accused != silo
+        and 0 <= msg.accused < machine.config.n
+    ):
+        accused[msg.accused] = (
+            f"silo {silo} reports that the mask share silo {msg.accused} sent for it failed "
+            "authentication or key confirmation (altered in transit or by its sender, or a "
+            "false accusation: the evidence decides)"
+        )
+        log.warning("[coded-fl] silo %d accuses silo %d", silo, msg.accused)
+    if accused is not None and machine.stage == ServerStage.RECOVERING:
+        # the machine counts the refusal (it cannot answer) and opens a dispute over the
+        # accused share, judged on the evidence (ServerMachine.reveal_requests); a silo proven
+        # lying, or accused by max(T + 1, 2) survivors, is dropped from S (retry_recovery)
+        try:
+            machine.receive(msg)
+        except RemoteProtocolError as exc:
+            log.warning("[coded-fl] ignored a refusal from silo %d: %s", silo, exc)
+
+
+def take_late(machine: ServerMachine, notes: SiloNotes, reply: Reply) -> str | None:
+    """A reply that came after its stage closed. A late upload still goes to the machine (with
+    group-aligned masks it confirms and deals edge keys; the machine refuses its masked vector),
+    a late ``NEEDS_KEYS`` refusal marks its silo for a rekey; anything else changes nothing.
+
+    Parameters
+    ----------
+    machine
+        The server machine.
+    notes
+        Where a late ``NEEDS_KEYS`` is noted.
+    reply
+        The late reply.
+
+    Returns
+    -------
+    str | None
+        Why the machine refused a late upload (None: taken, or not an upload).
+    """
+    msg = reply.message
+    if isinstance(msg, Upload) and msg.sender == reply.silo:
+        try:
+            machine.receive(msg)
+        except CodedFLError as exc:
+            return str(exc)
+        return None
+    if (
+        isinstance(msg, Refusal)
+        and msg.sender == reply.silo
+        and msg.code == RefusalCode.NEEDS_KEYS
+        and msg.digest == machine.config.digest
+    ):
+        notes.needs_keys.add(reply.silo)
+    return None
+
+
+class ProtocolDriver:
+    """Runs key exchanges and rounds of one session over a transport.
+
+    Parameters
+    ----------
+    machine
+        The session's server machine.
+    transport
+        How requests reach the silos and replies come back.
+    notes
+        Where refusals are noted (default: a fresh :class:`SiloNotes`).
+    log
+        Where the driver says what happened (refused replies, accusations, verdicts).
+    on_step
+        Called with (step, CPU seconds) after every machine call (``server_upload``,
+        ``server_close``, ``server_sum``, ``server_finish``, ...), for cost models; None: not
+        timed.
+    on_taken
+        Called with every reply the machine took (e.g. to keep an upload's metric names).
+    """
+
+    def __init__(
+        self,
+        machine: ServerMachine,
+        transport: Transport,
+        *,
+        notes: SiloNotes | None = None,
+        log: logging.Logger = LOG,
+        on_step: Callable[[str, float], None] | None = None,
+        on_taken: Callable[[Reply], None] | None = None,
+    ) -> None:
+        self.machine = machine
+        self.transport = transport
+        self.notes = notes if notes is not None else SiloNotes()
+        self.log = log
+        self.on_step = on_step
+        self.on_taken = on_taken
+
+    # ------------------------------------------------------------------ helpers
+    def _step(self, name: str, fn: Callable[[], Any]) -> Any:
+        if self.on_step is None:
+            return fn()
+        t0 = time.thread_time()
+        try:
+            return fn()
+        finally:
+            self.on_step(name, time.thread_time() - t0)
+
+    def _take(
+        self,
+        stage: str,
+        reply: Reply,
+        errors: dict[int, str],
+        accused: dict[int, str] | None = None,
+    ) -> bool:
+        taken: bool = self._step(
+            _RECEIVE_STEP[stage],
+            lambda: take(
+                self.machine, self.notes, reply, EXPECT[stage], errors, accused, log=self.log
+            ),
+        )
+        if taken and self.on_taken is not None:
+            self.on_taken(reply)
+        return taken
+
+    def take_late(self, reply: Reply) -> str | None:
+        """A reply that came after its stage closed (see :func:`take_late`).
+
+        Parameters
+        ----------
+        reply
+            The late reply.
+
+        Returns
+        -------
+        str | None
+            Why a late upload was refused, if it was.
+        """
+        why = take_late(self.machine, self.notes, reply)
+        msg = reply.message
+        taken = why is None and isinstance(msg, Upload) and msg.sender == reply.silo
+        if taken and self.on_taken is not None:
+            self.on_taken(reply)
+        return why
+
+    # ------------------------------------------------------------------ keys
+    def key_exchange(
+        self, silos: Sequence[int] | None = None, *, round_: int = 0, waits: Waits = Waits()
+    ) -> KeyExchange:
+        """Ask ``silos`` (default: all) for their public keys and fix the roster.
+
+        Parameters
+        ----------
+        silos
+            The silos to ask (default: all).
+        round_
+            The round the exchange comes after (for the transport's bookkeeping).
+        waits
+            ``waits.keys`` bounds the exchange.
+
+        Returns
+        -------
+        KeyExchange
+
+        Raises
+        ------
+        KeyExchangeError
+            If too few silos would have keys for a round.
+        """
+        machine, tr = self.machine, self.transport
+        errors: dict[int, str] = {}
+        requests = self._step("server_keys", lambda: machine.start_key_exchange(silos))
+        asked = tuple(q.recipient for q in requests)
+        batch = tr.send(requests, stage="keys", round_=round_)
+        end = tr.now() + waits.keys
+
+        def on_reply(reply: Reply) -> bool:
+            self._take("keys", reply, errors)
+            return len(errors) + machine.keys_received >= len(batch.silos)
+
+        tr.collect(batch, (EXPECT["keys"], Refusal), on_reply, deadline=lambda: end)
+        try:
+            missing: tuple[int, ...] = self._step("server_keys", machine.close_key_exchange)
+        except CodedFLError as exc:
+            raise KeyExchangeError(str(exc), asked, machine.keyed_in_exchange, errors) from None
+        for silo in asked:
+            if silo not in missing:
+                self.notes.needs_keys.discard(silo)
+        return KeyExchange(asked, missing, errors)
+
+    # ------------------------------------------------------------------ a round
+    def run_round(
+        self,
+        number: int,
+        *,
+        inputs: bytes = b"",
+        waits: Waits = Waits(),
+        skip: frozenset[int] | set[int] = frozenset(),
+        label: int | None = None,
+    ) -> RoundRun:
+        """One protocol round: train requests to the roster, the close at the first
+        max(n - s, U) uploads (plus the extras the configuration asks for, while ``waits.extra``
+        allows), recovery where the masks do not cancel, the evidence stage where a survivor
+        accused another, retries without convicted silos, the decode.
+
+        Parameters
+        ----------
+        number
+            The protocol round (never reused in a session).
+        inputs
+            The digest of what every silo trains on (bound into the masks).
+        waits
+            The stages' deadlines.
+        skip
+            Silos not worth waiting for (e.g. silent through the last two rounds): still asked,
+            but the round closes without waiting for them once it may.
+        label
+            The round the transport files the round's messages under (default: ``number``;
+            e.g. the Flower round, which a rerun shares with the attempt before it).
+
+        Returns
+        -------
+        RoundRun
+        """
+        machine, tr, notes = self.machine, self.transport, self.notes
+        run = RoundRun()
+        notes.weight_refused.clear()
+        t0 = tr.now()
+        requests = self._step("server_start", lambda: machine.start_round(number, inputs=inputs))
+        tag = number if label is None else label
+        batch = tr.send(requests, stage="train", round_=tag)
+        run.round_trips = 1
+        deadline = t0 + waits.round
+        extra_until: list[float] = []
+        awaited = set(batch.silos) - set(skip) - set(machine.excluded)
+        answered: set[int] = set()
+        extra_replies = machine.config.extra_replies
+
+        def on_upload(reply: Reply) -> bool:
+            self._take("train", reply, run.errors)
+            answered.add(reply.silo)
+            if machine.uploads_complete or (machine.uploads_ready and awaited <= answered):
+                return True
+            left = len(batch.silos) - len(notes.misconfigured) - len(notes.weight_refused)
+            if left < machine.config.min_uploads:
+                # too many silos refused because of a setting: no wait can complete the round
+                # (other failures may be transient, e.g. a node restarting: the round waits)
+                return True
+            if machine.uploads_ready and not extra_until:
+                extra_until.append(tr.now() + waits.extra)
+            return bool(extra_until) and (extra_replies == 0 or tr.now() >= extra_until[0])
+
+        tr.collect(
+            batch,
+            (EXPECT["train"], Refusal),
+            on_upload,
+            deadline=lambda: min([deadline, *extra_until]),
+        )
+        run.close_seconds = tr.now() - t0
+        out = self._step("server_close", machine.close_collection)
+        if isinstance(out, RoundAborted):
+            run.result = out
+            return run
+        if out:
+            self._recover(tag, out, run, waits)
+        run.result = self._step("server_finish", machine.finish)
+        return run
+
+    def _recover(self, number: int, requests: list[Any], run: RoundRun, waits: Waits) -> None:
+        """The recovery stage (and its evidence stage and retries) of round ``number`` (as the
+        transport files it)."""
+        machine, tr = self.machine, self.transport
+        batch = tr.send(requests, stage="recovery", round_=number)
+        run.round_trips += 1
+        self._step("server_sum", machine.sum_uploads)  # the bulk of the decode, while it travels
+        end = tr.now() + waits.recovery
+        check_until: list[float] = []  # replies beyond U are checked: wait a little for them
+
+        def on_recovery(reply: Reply) -> bool:
+            self._take("recovery", reply, run.errors, run.accused)
+            if machine.recovery_complete or machine.recovery_stuck:
+                return True
+            if machine.recovery_ready and not check_until:
+                check_until.append(tr.now() + waits.extra)
+            return bool(check_until) and tr.now() >= check_until[0]
+
+        def close() -> float:
+            return min([end, *check_until])
+
+        expect = (EXPECT["recovery"], Refusal)
+        tr.collect(batch, expect, on_recovery, deadline=close)
+        self._settle_disputes(number, run, end)
+        while not machine.recovery_ready:
+            # silos accused by max(T + 1, 2) survivors: ask the others again without them
+            again = self._step("server_retry", machine.retry_recovery)
+            if again is None:
+                break
+            self.log.warning(
+                "[coded-fl] round %d: silos accused by several others dropped from the "
+                "survivors (their mask shares failed authentication); asking %s again",
+                number,
+                list(again[0].survivors) if again else [],
+            )
+            batch = tr.send(again, stage="recovery", round_=number)
+            run.round_trips += 1
+            self._step("server_sum", machine.sum_uploads)  # over the new survivor set
+            check_until.clear()
+            tr.collect(batch, expect, on_recovery, deadline=close)
+            self._settle_disputes(number, run, end)
+
+    def _settle_disputes(self, number: int, run: RoundRun, end: float) -> None:
+        """The evidence stage, only in a round with accusations: each accused silo is asked to
+        reveal the one disputed share's key; the machine judges each reveal as it comes, and
+        at the deadline (or once every accused answered) judges the rest against their
+        accused. Each verdict is in ``run.accused``, its liar among the round's offenders."""
+        machine, tr = self.machine, self.transport
+        asks = self._step("server_disputes", machine.reveal_requests)
+        if asks:
+            batch = tr.send(asks, stage="reveal", round_=number)
+            run.round_trips += 1
+            waiting = Counter(batch.silos)  # requests per accused silo
+
+            def on_reveal(reply: Reply) -> bool:
+                self._take("reveal", reply, run.errors)
+                waiting[reply.silo] -= 1
+                return machine.disputes_settled or all(v <= 0 for v in waiting.values())
+
+            tr.collect(batch, (EXPECT["reveal"], Refusal), on_reveal, deadline=lambda: end)
+        for v in self._step("server_disputes", machine.close_disputes):
+            run.accused[v.accused] = (
+                f"silo {v.accuser} accused it in round {v.round}; judged on the evidence: silo "
+                f"{v.liar} lied ({v.reason})"
+            )
+            self.log.warning(
+                "[coded-fl] round %d: silo %d accused silo %d; the evidence shows silo %d lied "
+                "(%s): named and left out of the session's later rounds",
+                number,
+                v.accuser,
+                v.accused,
+                v.liar,
+                v.reason,
+            )
