@@ -27,6 +27,9 @@ Evaluation (and every non-``train`` message) passes through untouched. A ``train
 without coded-fl content is refused with advice: the server must use
 ``coded_fl_flower.CodedSecAgg``.
 
+The protocol's steps around training (seeds, the update layout, the weight bound, the log of
+uploads) are :mod:`coded_fl.secagg.silo`'s; this module translates Flower records.
+
 The train function must be a deterministic function of (model, config, partition data, seed):
 it gets a fresh ``context.state`` for each partition, because replicas of a partition on other
 silos do not share this silo's state.
@@ -34,19 +37,13 @@ silos do not share this silo's state.
 
 from __future__ import annotations
 
-import fcntl
-import functools
-import hashlib
 import json
 import logging
-import math
 import os
-import random
 import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
 import torch
 from flwr.app import (
     Array,
@@ -67,9 +64,8 @@ from coded_fl.errors import (
     WeightBoundError,
 )
 from coded_fl.kernels import warm_up
-from coded_fl.layout import UpdateLayout, check_same_layout, element_count, flatten
+from coded_fl.layout import UpdateLayout, check_same_layout, flatten
 from coded_fl.secagg.client import (
-    MAX_UNVERIFIED_ROUNDS,
     ClientMachine,
     TrainTask,
     misconfigured,
@@ -86,6 +82,14 @@ from coded_fl.secagg.messages import (
 )
 from coded_fl.secagg.messages import Message as ProtocolMessage
 from coded_fl.secagg.policy import ClientPolicy
+from coded_fl.secagg.silo import (
+    UploadLog,
+    partition_seed,
+    same_metric_names,
+    seed_everything,
+    silo_layout,
+    weight_ratio,
+)
 from coded_fl.vocabulary import (
     FRAME_ARRAY,
     INFO_KEY,
@@ -111,27 +115,6 @@ LOG = logging.getLogger("flwr")
 __all__ = ["coded_secagg_mod", "make_coded_secagg_mod", "partition_seed"]
 
 
-def partition_seed(run_id: str, server_round: int, partition: int) -> int:
-    """The seed every replica of ``partition`` uses in ``server_round`` (63 bits).
-
-    Parameters
-    ----------
-    run_id
-        The public run id of the protocol configuration.
-    server_round, partition
-        The round and the partition index.
-
-    Returns
-    -------
-    int
-        A 63-bit seed, the same on every silo that holds ``partition``.
-    """
-    h = hashlib.blake2b(
-        f"{run_id}/{server_round}/{partition}".encode(), digest_size=8, person=b"codedfl-train"
-    )
-    return int.from_bytes(h.digest(), "little") >> 1
-
-
 def _load(context: Context, policy: ClientPolicy) -> ClientMachine:
     if STATE_KEY not in context.state.config_records:
         return ClientMachine(policy=policy)
@@ -145,59 +128,19 @@ def _save(context: Context, machine: ClientMachine) -> None:
     context.state[STATE_KEY] = ConfigRecord({"state": machine.to_bytes()})
 
 
-#: Where each node keeps the record of its own uploads outside ``context.state``
-#: (:func:`_uploads_file`); ``codedfl.state-dir`` in the node config or this variable moves it.
+#: Where each node keeps the log of its own uploads outside ``context.state``
+#: (:class:`coded_fl.secagg.silo.UploadLog`); ``codedfl.state-dir`` in the node config or this
+#: variable moves it.
 STATE_DIR_ENV = "CODED_FL_STATE_DIR"
 
 
-def _uploads_file(context: Context, machine: ClientMachine) -> Path | None:
-    """The file of this node's uploads under its current keys, or None before keys.
-
-    Flower's simulation engine runs a node's messages on several actors at once and writes
-    back each one's context when it ends, so a straggler's late train can write back a
-    state from before the node's next upload, and the recovery of that upload is then
-    refused (``NEEDS_KEYS``; seen in CI). The rounds uploaded and the digests of their inputs
-    (public: hashes of what the server sent, no key or mask) are therefore also kept in a
-    file per node and session, written under a lock, merged back before every message
-    (:meth:`ClientMachine.recall_uploads`)."""
-    cfg, key = machine.config, machine.key_id
-    if cfg is None or key is None:
-        return None
+def _upload_log(context: Context) -> UploadLog:
+    """This node's upload log: Flower's simulation engine runs a node's messages on several
+    actors at once and writes back each one's context when it ends, so a straggler's late train
+    can write back a state from before the node's next upload (seen in CI)."""
     root = context.node_config.get("codedfl.state-dir") or os.environ.get(STATE_DIR_ENV)
     base = Path(str(root)) if root else Path(tempfile.gettempdir()) / f"coded-fl-{os.getuid()}"
-    # the session's digest and this node's key of it: a new key exchange starts a new record
-    return base / f"uploads-{int(context.node_id)}-{cfg.digest.hex()[:32]}-{key}.json"
-
-
-def _read_uploads(path: Path) -> dict[int, bytes]:
-    try:
-        raw = json.loads(path.read_text())
-        return {int(r): bytes.fromhex(d) for r, d in raw.items()}
-    except (OSError, ValueError, TypeError, AttributeError):
-        return {}  # none yet, or unreadable: the state alone decides, as before
-
-
-def _recall_uploads(context: Context, machine: ClientMachine) -> None:
-    path = _uploads_file(context, machine)
-    if path is not None:
-        machine.recall_uploads(_read_uploads(path))
-
-
-def _remember_uploads(context: Context, machine: ClientMachine) -> None:
-    path = _uploads_file(context, machine)
-    if path is None or not machine.inputs:
-        return
-    try:
-        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        with open(path.with_suffix(".lock"), "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            merged = {**_read_uploads(path), **machine.inputs}
-            keep = sorted(merged)[-MAX_UNVERIFIED_ROUNDS:]
-            tmp = path.with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_text(json.dumps({str(r): merged[r].hex() for r in keep}))
-            os.replace(tmp, path)
-    except OSError as exc:  # the state still holds it: only the stale-copy case is lost
-        LOG.warning("[coded-fl] could not keep the record of this node's uploads: %s", exc)
+    return UploadLog(base, int(context.node_id))
 
 
 def _limits(machine: ClientMachine, raw: bytes) -> Limits | None:
@@ -305,7 +248,8 @@ def _handle(
             "ClientApp"
         )
     machine = _load(context, policy)  # a restarted node has none: it refuses with NEEDS_KEYS
-    _recall_uploads(context, machine)  # what a stale state written back may lack
+    uploads = _upload_log(context)
+    uploads.recall(machine)  # what a stale state written back may lack
     proto = decode(raw, limits=_limits(machine, raw))
     info: dict[str, float | str] = {}
     spec = None
@@ -338,7 +282,7 @@ def _handle(
             info[METRIC_NAMES_ENTRY] = json.dumps(list(names))
         digest = _model_digest(msg, spec)  # every round: it binds shared masks too
         reply: ProtocolMessage = machine.upload(out, partials, model_digest=digest)
-        _remember_uploads(context, machine)
+        uploads.remember(machine)
     else:
         reply = out
     if isinstance(proto, KeyRequest):
@@ -352,18 +296,6 @@ def _train_spec(msg: Message) -> TrainSpec | None:
     if TRAIN_KEY not in msg.content:
         return None
     return TrainSpec.from_dict(dict(msg.content[TRAIN_KEY].items()))
-
-
-def _seed_everything(seed: int) -> None:
-    """Seed torch, NumPy and ``random`` as ``torch.manual_seed`` would, without its cost where
-    there is no accelerator: ``torch.manual_seed`` queues a lazy CUDA/XPU/MTIA seeding, with a
-    captured stack trace, on every call, about 1 ms each on a CPU-only silo."""
-    if torch.cuda.is_available() or _other_accelerator():
-        torch.manual_seed(seed)
-    else:
-        torch.default_generator.manual_seed(seed)
-    np.random.seed(seed % 2**32)
-    random.seed(seed)
 
 
 def _model_digest(msg: Message, spec: TrainSpec | None = None) -> bytes:
@@ -382,18 +314,6 @@ def _model_digest(msg: Message, spec: TrainSpec | None = None) -> bytes:
     if spec is None:  # parsed here only when the caller has not parsed it already
         spec = TrainSpec.from_dict(dict(msg.content[TRAIN_KEY].items()))
     return inputs_digest(msg.content, spec)
-
-
-@functools.cache
-def _other_accelerator() -> bool:
-    """Whether torch sees an XPU, MTIA or MPS device (asked once per process: it does not
-    change while the process lives)."""
-    for name in ("xpu", "mtia", "mps"):
-        backend = getattr(torch, name, None)
-        available = getattr(backend, "is_available", None)
-        if available is not None and available():
-            return True
-    return False
 
 
 def _train_partitions(
@@ -419,17 +339,7 @@ def _train_partitions(
     if missing:
         raise RemoteProtocolError(f"train spec names integer arrays not in the model: {missing}")
     theta = flatten(model, integers=ints)
-    lay = UpdateLayout(
-        model_size=theta.numel(),
-        metric_keys=spec.packed_metrics,
-        scale=cfg.quantization.scale,
-        integer_names=ints,
-        integer_size=element_count(model, ints),
-    )
-    if cfg.vector_length != lay.length:
-        raise ConfigurationError(
-            f"protocol vector_length={cfg.vector_length} but the model has {lay.describe()}"
-        )
+    lay = silo_layout(model, theta, spec, cfg)
     K = cfg.gradient_code.K
     original = msg.content
     partials = []
@@ -437,7 +347,7 @@ def _train_partitions(
     try:
         for k in task.partitions:
             seed = partition_seed(cfg.seed_id, task.round, k)
-            _seed_everything(seed)
+            seed_everything(seed)
             # the user's function sees an ordinary train message: no coded-fl records
             sub = RecordDict({n: r for n, r in original.items() if not is_ours(n)})
             if spec.config_key in sub:
@@ -462,14 +372,7 @@ def _train_partitions(
         msg.content = original
     if not spec.metric_slots:
         return partials, None
-    lists = set(named.values())
-    if len(lists) > 1:  # each partition would put other metrics in the same slot
-        raise InputError(
-            "the train function returned different metrics for different partitions "
-            f"({dict(sorted(named.items()))}): return the same metric names every time, or "
-            "name the metrics to aggregate in CodedSecAgg(metric_keys=...)"
-        )
-    return partials, next(iter(lists), ())
+    return partials, same_metric_names(named)
 
 
 def _partial(
@@ -498,32 +401,7 @@ def _partial(
     if metrics is None:
         raise InputError(f"{who} returned no MetricRecord with '{spec.weight_key}'")
     w = float(metrics[spec.weight_key])  # type: ignore[arg-type]
-    if not w > 0:
-        raise InputError(f"{who} reported {spec.weight_key}={w}; it must be > 0")
-    rho = w / spec.max_weight
-    if rho > 1.0:
-        # the refusal goes to the server: it names the bound, never the weight (the silo's own
-        # log has the weight, for its operator)
-        LOG.warning(
-            "[coded-fl] %s reported %s=%g, more than the weight bound %g",
-            who,
-            spec.weight_key,
-            w,
-            spec.max_weight,
-        )
-    if rho > 1.0 and spec.auto_weight:
-        bound = 1 << max(0, math.ceil(math.log2(w)))
-        raise WeightBoundError(
-            f"a partition holds more examples than the automatic weight bound "
-            f"{spec.max_weight:g}: asking for {bound}",
-            bound,
-        )
-    if rho > 1.0:
-        raise ConfigurationError(
-            f"a partition holds more examples than max_weight={spec.max_weight:g}: raise "
-            "max_weight in coded_fl_flower.CodedSecAgg (the silo's log says how far), or leave "
-            "it unset (automatic)"
-        )
+    rho = weight_ratio(w, spec, who=who, log=LOG)
     names: tuple[str, ...] = ()
     if spec.metric_keys:
         values = {name: float(metrics.get(name, 0.0)) for name in spec.metric_keys}  # type: ignore[arg-type]

@@ -29,7 +29,7 @@ settings.register_profile(
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
-# the mod's record of each node's uploads (clients/mod.py, _uploads_file): in a folder of this
+# the mod's log of each node's uploads (coded_fl.secagg.silo.UploadLog): in a folder of this
 # test process (and the simulations it starts), removed at exit, not in the machine's /tmp
 if "CODED_FL_STATE_DIR" not in os.environ:
     _state_dir = tempfile.mkdtemp(prefix="coded-fl-test-state-")

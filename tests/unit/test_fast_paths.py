@@ -187,13 +187,13 @@ def test_encode_parts_joins_to_encode_for_every_message_type() -> None:
 
 
 def test_the_mods_seeding_matches_torch_manual_seed() -> None:
-    from clients.mod import _seed_everything
+    from coded_fl.secagg.silo import seed_everything
 
     torch.manual_seed(1234)
     np.random.seed(1234)
     random.seed(1234)
     want = (torch.rand(5), np.random.rand(3), random.random())
-    _seed_everything(1234)
+    seed_everything(1234)
     got = (torch.rand(5), np.random.rand(3), random.random())
     assert torch.equal(want[0], got[0]) and np.array_equal(want[1], got[1]) and want[2] == got[2]
 
