@@ -25,7 +25,8 @@ import logging
 import math
 import secrets
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
 from flwr.serverapp import Grid
@@ -52,6 +53,7 @@ from .composable import (
 from .driver import RoundDriver
 from .report import RoundReport, waiting_estimate
 from .run import RunSettings, RunState
+from .settings import coded_secagg_settings
 
 __all__ = ["CodedSecAgg", "RoundReport"]
 
@@ -351,6 +353,40 @@ class CodedSecAgg(Strategy):
             )
 
     # ------------------------------------------------------------------ Strategy interface
+    @classmethod
+    def from_run_config(
+        cls, strategy: Strategy, run_config: Mapping[str, Any], **overrides: Any
+    ) -> CodedSecAgg:
+        """The wrapper with the settings a Flower run config holds (its keys in
+        :data:`strategies.settings.RUN_CONFIG`: ``num-stragglers``, ``privacy-threshold``,
+        ``masking``, ``round-timeout``, ...; a key it lacks keeps the default).
+
+        ::
+
+            strategy = CodedSecAgg.from_run_config(FedAvg(), context.run_config, progress=say)
+
+        Parameters
+        ----------
+        strategy
+            The wrapped Flower strategy.
+        run_config
+            ``context.run_config`` (or any mapping of its keys); keys of the app's own are
+            ignored.
+        **overrides
+            Keywords of the constructor that take precedence (e.g. ``progress``).
+
+        Returns
+        -------
+        CodedSecAgg
+
+        Raises
+        ------
+        ConfigurationError
+            A run-config value of the wrong type (naming its key), or any setting the
+            constructor refuses.
+        """
+        return cls(strategy, **{**coded_secagg_settings(run_config), **overrides})
+
     def summary(self) -> None:
         """Log the coded-fl settings, then the wrapped strategy's summary."""
         LOG.info(

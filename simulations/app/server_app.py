@@ -24,7 +24,6 @@ from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, 
 from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy import FedAvg
 
-from coded_fl.secagg.server import DRIFT_TOLERANCE
 from simulations.app.task import make_evaluator, make_net
 from strategies import CodedSecAgg, RoundReport
 from strategies.exchange import Exchange
@@ -232,26 +231,10 @@ def main(grid: Grid, context: Context) -> None:
         say(rep.line())
         report.round(rep)
 
-    strategy = CodedSecAgg(
+    strategy = CodedSecAgg.from_run_config(
         FedAvg(fraction_evaluate=0.0, min_available_nodes=n, min_train_nodes=n),
-        num_silos=n,
-        num_stragglers=int(rc["num-stragglers"]),
-        privacy_threshold=int(rc["privacy-threshold"]),
-        recovery_threshold=int(rc["recovery-threshold"]) or None,
-        clip_range=float(rc["clip-range"]),
-        adaptive_clip=bool(rc.get("adaptive-clip", True)),
-        scale=float(rc["scale"]) or None,
-        max_weight=float(rc["max-weight"]) or None,
+        rc,
         metric_keys=("train_loss",),
-        extra_replies=int(rc["extra-replies"]),
-        extra_wait=float(rc.get("extra-wait", 2.0)),
-        code=str(rc.get("code", "auto")),
-        masking=str(rc.get("masking", "auto")),
-        headroom_bits=int(rc.get("headroom-bits", 8)),
-        max_erased_fraction=float(rc.get("max-erased-fraction", 0.01)),
-        drift_tolerance=float(rc.get("drift-tolerance", DRIFT_TOLERANCE)),
-        max_aborted_rounds=int(rc.get("max-aborted-rounds", 3)),
-        round_timeout=float(rc["round-timeout"]),
         progress=progress,
     )
     say(

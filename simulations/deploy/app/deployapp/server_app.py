@@ -234,18 +234,10 @@ def main(grid: Grid, context: Context) -> None:
             report.data["key_exchanges"] = [[r, list(s)] for r, s in strategy.key_exchanges]
             report.round(_coded_row(rep, names, node_of))
 
-        strategy = CodedSecAgg(
+        strategy = CodedSecAgg.from_run_config(
             FedAvg(fraction_evaluate=0.0, min_available_nodes=n, min_train_nodes=n),
-            num_silos=n,
-            num_stragglers=int(rc["num-stragglers"]),
-            privacy_threshold=int(rc["privacy-threshold"]),
-            recovery_threshold=int(rc["recovery-threshold"]) or None,
-            extra_replies=int(rc["extra-replies"]),
-            masking=str(rc.get("masking", "auto")),
+            rc,
             round_timeout=timeout,
-            recovery_timeout=float(rc["recovery-timeout"]),
-            key_timeout=float(rc["key-timeout"]),
-            node_wait_timeout=float(rc["node-wait-timeout"]),
             progress=progress,
         )
         strategy.start(grid=grid, initial_arrays=ArrayRecord({"w": Array(w0)}), num_rounds=rounds)

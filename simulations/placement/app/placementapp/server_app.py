@@ -20,13 +20,9 @@ app = ServerApp()
 def main(grid: Grid, context: Context) -> None:
     rc = context.run_config
     n = int(rc["num-silos"])
-    strategy = CodedSecAgg(
+    strategy = CodedSecAgg.from_run_config(
         FedAvg(fraction_evaluate=0.0, min_available_nodes=n, min_train_nodes=n),
-        num_silos=n,
-        num_stragglers=int(rc["num-stragglers"]),
-        privacy_threshold=int(rc["privacy-threshold"]),
-        code=str(rc.get("code", "auto")),
-        round_timeout=float(rc["round-timeout"]),
+        rc,
         progress=lambda rep: print(rep.line(), flush=True),
     )
     run = ShuffledTraining(
