@@ -53,13 +53,33 @@ Coefficients = Sequence[int] | np.ndarray | torch.Tensor
 
 
 def as_numpy_u32(x: torch.Tensor) -> np.ndarray:
-    """A flat ``uint32`` numpy view of a contiguous CPU tensor (copying only if not contiguous)."""
+    """A flat ``uint32`` numpy view of a contiguous CPU tensor (copying only if not contiguous).
+
+    Parameters
+    ----------
+    x
+        A uint32 CPU tensor.
+
+    Returns
+    -------
+    np.ndarray
+    """
     return x.detach().contiguous().reshape(-1).numpy()
 
 
 def typed_list(arrays: Sequence[np.ndarray]) -> typed.List:
     """A numba typed list of 1-D contiguous arrays (what the multi-input kernels take), built by
-    cached kernels so that a fresh process compiles nothing (:func:`.kernels.cpu.list_of`)."""
+    cached kernels so that a fresh process compiles nothing (:func:`.kernels.cpu.list_of`).
+
+    Parameters
+    ----------
+    arrays
+        1-D contiguous arrays of one dtype.
+
+    Returns
+    -------
+    numba.typed.List
+    """
     flat = [np.ascontiguousarray(a).reshape(-1) for a in arrays]
     if not flat:
         return typed.List()
@@ -214,13 +234,37 @@ class PrimeField:
     def zeros(
         self, shape: int | tuple[int, ...], *, device: torch.device | str = "cpu"
     ) -> torch.Tensor:
-        """The zero vector (or array) of GF(p) of ``shape`` on ``device``."""
+        """The zero vector (or array) of GF(p) of ``shape`` on ``device``.
+
+        Parameters
+        ----------
+        shape
+            The shape.
+        device
+            The torch device.
+
+        Returns
+        -------
+        torch.Tensor
+        """
         return torch.zeros(shape, dtype=torch.uint32, device=device)
 
     def validate(self, x: torch.Tensor, *, name: str = "vector") -> torch.Tensor:
         """Return ``x`` if it is a ``uint32`` tensor of canonical elements, else raise InputError.
 
         Use on every vector that came from outside (a peer, a file).
+
+        Parameters
+        ----------
+        x
+            The tensor to check.
+        name
+            How errors name it.
+
+        Returns
+        -------
+        torch.Tensor
+            x itself.
         """
         self._check(x, name)
         if x.numel() == 0:
@@ -235,7 +279,18 @@ class PrimeField:
         return x
 
     def from_signed(self, x: torch.Tensor) -> torch.Tensor:
-        """Signed integers (|x| < 2^62) to field elements: x mod p."""
+        """Signed integers (|x| < 2^62) to field elements: x mod p.
+
+        Parameters
+        ----------
+        x
+            An integer tensor.
+
+        Returns
+        -------
+        torch.Tensor
+            uint32 field elements.
+        """
         if x.is_floating_point():
             raise InputError("from_signed takes an integer tensor, got a floating point one")
         x = x.to(torch.int64)
@@ -246,7 +301,18 @@ class PrimeField:
         return out
 
     def to_signed(self, a: torch.Tensor) -> torch.Tensor:
-        """Field elements to their centred representatives in :math:`(-p/2, p/2]`, as int64."""
+        """Field elements to their centred representatives in :math:`(-p/2, p/2]`, as int64.
+
+        Parameters
+        ----------
+        a
+            Field elements (uint32).
+
+        Returns
+        -------
+        torch.Tensor
+            int64.
+        """
         self._canonical(a, "a")
         if not self._numba(a):
             return _tk.to_signed(a, self.p)
@@ -267,15 +333,47 @@ class PrimeField:
         return out
 
     def add(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-        """:math:`a + b`."""
+        """:math:`a + b`.
+
+        Parameters
+        ----------
+        a, b
+            Field elements of one shape.
+
+        Returns
+        -------
+        torch.Tensor
+        """
         return self._binary("add", a, b)
 
     def sub(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-        """:math:`a - b`."""
+        """:math:`a - b`.
+
+        Parameters
+        ----------
+        a, b
+            Field elements of one shape.
+
+        Returns
+        -------
+        torch.Tensor
+        """
         return self._binary("sub", a, b)
 
     def mul(self, a: torch.Tensor, b: torch.Tensor | int) -> torch.Tensor:
-        """:math:`a \\cdot b`, with ``b`` a tensor of the same shape or a scalar."""
+        """:math:`a \\cdot b`, with ``b`` a tensor of the same shape or a scalar.
+
+        Parameters
+        ----------
+        a
+            Field elements.
+        b
+            Field elements of a's shape, or one element.
+
+        Returns
+        -------
+        torch.Tensor
+        """
         if isinstance(b, torch.Tensor):
             return self._binary("mul", a, b)
         self._canonical(a, "a")
@@ -287,7 +385,17 @@ class PrimeField:
         return out
 
     def neg(self, a: torch.Tensor) -> torch.Tensor:
-        """:math:`-a`."""
+        """:math:`-a`.
+
+        Parameters
+        ----------
+        a
+            Field elements.
+
+        Returns
+        -------
+        torch.Tensor
+        """
         self._canonical(a, "a")
         if not self._numba(a):
             return _tk.neg(a, self.p)
@@ -296,7 +404,19 @@ class PrimeField:
         return out
 
     def pow(self, a: torch.Tensor, e: int) -> torch.Tensor:
-        """:math:`a^e` elementwise; a negative ``e`` inverts first (zero has no inverse)."""
+        """:math:`a^e` elementwise; a negative ``e`` inverts first (zero has no inverse).
+
+        Parameters
+        ----------
+        a
+            Field elements.
+        e
+            The exponent (any int).
+
+        Returns
+        -------
+        torch.Tensor
+        """
         self._canonical(a, "a")
         if isinstance(e, bool) or not isinstance(e, (int, np.integer)):
             raise InputError(f"the exponent must be an integer, got {e!r}")
@@ -309,14 +429,34 @@ class PrimeField:
         return out
 
     def inv(self, a: torch.Tensor) -> torch.Tensor:
-        """:math:`a^{-1}` elementwise (Fermat: :math:`a^{p-2}`); raises InputError on a zero."""
+        """:math:`a^{-1}` elementwise (Fermat: :math:`a^{p-2}`); raises InputError on a zero.
+
+        Parameters
+        ----------
+        a
+            Nonzero field elements.
+
+        Returns
+        -------
+        torch.Tensor
+        """
         self._canonical(a, "a")
         if a.numel() and bool((a == 0).any()):
             raise InputError("0 has no inverse in GF(p)")
         return self.pow(a, self.p - 2)
 
     def inv_scalar(self, a: int) -> int:
-        """Inverse of one element as a Python int."""
+        """Inverse of one element as a Python int.
+
+        Parameters
+        ----------
+        a
+            A nonzero element (any int; reduced mod p).
+
+        Returns
+        -------
+        int
+        """
         a = int(self.coefficients([a])[0])
         if a == 0:
             raise InputError("0 has no inverse in GF(p)")
@@ -357,6 +497,21 @@ class PrimeField:
         (a contiguous ``uint32`` tensor of the vectors' shape and device, not one of them) is
         written and returned instead of a new tensor: reused across rounds it saves the page
         faults of a fresh buffer.
+
+        Parameters
+        ----------
+        coeffs
+            k coefficients (reduced mod p).
+        vectors
+            k field vectors of one shape (a sequence or a stacked tensor).
+        validate
+            Check that every input element is below p.
+        out
+            Where to write the result (contiguous, the inputs' shape).
+
+        Returns
+        -------
+        torch.Tensor
         """
         vs = self._vectors(vectors)
         c = self.coefficients(coeffs).reshape(-1)
@@ -392,6 +547,15 @@ class PrimeField:
         With a single row it is :meth:`lincomb`; with one-element vectors it is a matrix-vector
         product. Every block of the inputs is read once for all R outputs. ``validate`` as in
         :meth:`lincomb`.
+
+        Parameters
+        ----------
+        matrix
+            R x L coefficients (reduced mod p).
+        vectors
+            L field vectors of one shape (a sequence or a stacked tensor).
+        validate
+            Check that every input element is below p.
         """
         vs = self._vectors(vectors)
         m = self.coefficients(matrix)

@@ -258,7 +258,17 @@ class UpdateLayout:
     def unit(self, clip_range: float) -> float:
         """u: the clip coordinates carry the integer m as :math:`m u`: :func:`count_unit` of
         :attr:`scale`, or (``scale=None``) the power of two :math:`2^{-24}` times the largest
-        power of two not above c."""
+        power of two not above c.
+
+        Parameters
+        ----------
+        clip_range
+            c, the round's clip range.
+
+        Returns
+        -------
+        float
+        """
         if self.scale is not None:
             return count_unit(self.scale)
         _, exponent = math.frexp(float(clip_range))
@@ -267,6 +277,11 @@ class UpdateLayout:
     def count_cap(self, clip_range: float) -> int:
         """The largest count one partition's clip coordinate carries: :math:`\\lfloor c / u
         \\rfloor` (it must not be clipped itself), at most :data:`MAX_COUNT`.
+
+        Parameters
+        ----------
+        clip_range
+            c, the round's clip range.
 
         Raises
         ------

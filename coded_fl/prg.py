@@ -114,6 +114,11 @@ class MaskStream:
 
         The sequence is the accepted keystream words in order; accepted words not needed yet
         are kept for the next call, so chunk boundaries never change the result.
+
+        Parameters
+        ----------
+        out
+            A uint32 array to fill.
         """
         count = out.size
         filled = min(count, self._pending.size)

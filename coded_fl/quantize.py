@@ -79,6 +79,19 @@ class RoundingKey:
 
         ``k0`` depends on (run, round) only, so the fused encoder hashes each index once for all
         the partitions a silo holds; ``k1`` adds the partition.
+
+        Parameters
+        ----------
+        run_id
+            The public run id (ProtocolConfig.seed_id).
+        server_round
+            The protocol round.
+        partition
+            The partition's index.
+
+        Returns
+        -------
+        RoundingKey
         """
         k0 = cls._word(("round", run_id, server_round))
         k1 = cls._word(("partition", run_id, server_round, partition))
@@ -86,7 +99,17 @@ class RoundingKey:
 
     @classmethod
     def derive(cls, *context: int | str | bytes) -> RoundingKey:
-        """Key from any context tuple (both words depend on all of it)."""
+        """Key from any context tuple (both words depend on all of it).
+
+        Parameters
+        ----------
+        *context
+            Public parts (int, str or bytes).
+
+        Returns
+        -------
+        RoundingKey
+        """
         v = cls._word(context, digest_size=8)
         return cls(v & 0xFFFFFFFF, v >> 32)
 
@@ -188,6 +211,17 @@ class QuantizationConfig:
         The scale is at least 1 (a step of at most 1): a setting that would need a coarser
         step is refused, since every value would then quantize to 0 or :math:`\\pm 1`.
 
+        Parameters
+        ----------
+        clip_range
+            c: every value is clipped to [-c, c].
+        num_summands
+            How many clipped values a sum adds.
+        p
+            The field's prime.
+        headroom_bits
+            Bits left unused above the largest possible sum.
+
         Raises
         ------
         ConfigurationError
@@ -242,6 +276,19 @@ class QuantizationConfig:
         a random-looking place of the field with probability :math:`1 - 2^{-h}`, at the price of
         h bits of quantization precision. (A corruption is not always random-looking: see
         ``docs/protocol.md``, "Replicas that disagree".)
+
+        Parameters
+        ----------
+        num_summands
+            How many clipped values a sum adds.
+        clip_range
+            c.
+        p
+            The field's prime.
+        headroom_bits
+            h.
+        **kw
+            Other QuantizationConfig fields.
         """
         _check_num_summands(num_summands)
         check_clip_range(clip_range)
@@ -331,6 +378,19 @@ def prepare(x: torch.Tensor, config: QuantizationConfig, name: str = "x") -> tor
     With ``nonfinite='clip'`` a copy with NaN -> 0 and +-Inf -> +-clip_range is returned when
     the input holds any; with ``'raise'`` non-finite values are counted by the kernels instead
     (no extra pass) and :func:`account` raises.
+
+    Parameters
+    ----------
+    x
+        The input tensor.
+    config
+        The quantization configuration.
+    name
+        How errors name it.
+
+    Returns
+    -------
+    torch.Tensor
     """
     x = _as_float(x, name)
     if config.nonfinite == "clip":
@@ -345,7 +405,19 @@ def prepare(x: torch.Tensor, config: QuantizationConfig, name: str = "x") -> tor
 
 
 def count_values(x: torch.Tensor, config: QuantizationConfig) -> tuple[int, int]:
-    """(NaN/Inf count, clipped count) of a tensor on a non-CPU device (CPU kernels count inline)."""
+    """(NaN/Inf count, clipped count) of a tensor on a non-CPU device (CPU kernels count inline).
+
+    Parameters
+    ----------
+    x
+        A float tensor.
+    config
+        The quantization configuration (its clip range).
+
+    Returns
+    -------
+    tuple[int, int]
+    """
     finite = torch.isfinite(x)
     return int((~finite).sum()), int(((x.abs() > config.clip_range) & finite).sum())
 
@@ -357,7 +429,21 @@ def account(
     stats: QuantizationStats | None,
     name: str = "x",
 ) -> None:
-    """Record what a kernel counted; refuse NaN/Inf (the kernel's output is then discarded)."""
+    """Record what a kernel counted; refuse NaN/Inf (the kernel's output is then discarded).
+
+    Parameters
+    ----------
+    counts
+        (NaN/Inf count, clipped count) from a kernel.
+    total
+        Elements the kernel read.
+    config
+        The quantization configuration.
+    stats
+        Where to add the counts (None: nowhere).
+    name
+        How errors name the input.
+    """
     bad, clipped = int(counts[0]), int(counts[1])
     if stats is not None:
         stats.total += total
@@ -525,5 +611,15 @@ def dequantize(
 
 
 def as_numpy_keys(keys: list[RoundingKey]) -> np.ndarray:
-    """Keys as a (k, 2) ``int64`` array for the fused CPU kernel."""
+    """Keys as a (k, 2) ``int64`` array for the fused CPU kernel.
+
+    Parameters
+    ----------
+    keys
+        The rounding keys.
+
+    Returns
+    -------
+    np.ndarray
+    """
     return np.array([[k.k0, k.k1] for k in keys], dtype=np.int64).reshape(-1, 2)

@@ -389,6 +389,15 @@ class TrainSpec:
     def from_dict(cls, entries: Mapping[str, object]) -> TrainSpec:
         """Read what :meth:`to_dict` wrote.
 
+        Parameters
+        ----------
+        entries
+            The train record's entries.
+
+        Returns
+        -------
+        TrainSpec
+
         Raises
         ------
         RemoteProtocolError

@@ -404,7 +404,19 @@ class CodedSecAgg(Strategy):
     def configure_train(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
     ) -> Iterable[Message]:
-        """The wrapped strategy's train messages (``start`` drives the rounds itself)."""
+        """The wrapped strategy's train messages (``start`` drives the rounds itself).
+
+        Parameters
+        ----------
+        server_round
+            The Flower round.
+        arrays
+            The current model.
+        config
+            The train config.
+        grid
+            The Flower grid.
+        """
         raise CodedFLError(
             "CodedSecAgg runs its own round loop (it must act on the first replies): call "
             "strategy.start(grid=..., initial_arrays=..., num_rounds=...) instead of driving "
@@ -414,19 +426,47 @@ class CodedSecAgg(Strategy):
     def aggregate_train(
         self, server_round: int, replies: Iterable[Message]
     ) -> tuple[ArrayRecord | None, MetricRecord | None]:
-        """The wrapped strategy's aggregate (``start`` hands it the decoded average)."""
+        """The wrapped strategy's aggregate (``start`` hands it the decoded average).
+
+        Parameters
+        ----------
+        server_round
+            The Flower round.
+        replies
+            The replies.
+        """
         return self.strategy.aggregate_train(server_round, replies)
 
     def configure_evaluate(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
     ) -> Iterable[Message]:
-        """The wrapped strategy's evaluation messages, passed through."""
+        """The wrapped strategy's evaluation messages, passed through.
+
+        Parameters
+        ----------
+        server_round
+            The Flower round.
+        arrays
+            The current model.
+        config
+            The evaluate config.
+        grid
+            The Flower grid.
+        """
         return self.strategy.configure_evaluate(server_round, arrays, config, grid)
 
     def aggregate_evaluate(
         self, server_round: int, replies: Iterable[Message]
     ) -> MetricRecord | None:
-        """The wrapped strategy's evaluation aggregate, passed through."""
+        """The wrapped strategy's evaluation aggregate, passed through.
+
+        Parameters
+        ----------
+        server_round
+            The Flower round.
+        replies
+            The evaluation replies.
+        """
         return self.strategy.aggregate_evaluate(server_round, replies)
 
     # ------------------------------------------------------------------ configuration

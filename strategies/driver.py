@@ -126,7 +126,23 @@ class RoundDriver:
     ) -> Result:
         """Keys, then ``num_rounds`` rounds; returns Flower's ``Result`` of the run.
         ``before_round(r)``, when given, runs before round r's train requests (outside the
-        round's time) and may return entries to add to that round's train config."""
+        round's time) and may return entries to add to that round's train config.
+
+        Parameters
+        ----------
+        initial_arrays
+            The starting model.
+        num_rounds
+            Flower rounds to run.
+        train_config
+            The train config of every round.
+        evaluate_config
+            The evaluate config of every round.
+        evaluate_fn
+            The server-side evaluation (round, model) -> metrics, or None.
+        before_round
+            Called before each round's train requests; may return config entries to add.
+        """
         st, ex = self.state, self.exchange
         t_start = time.time()
         t_keys = time.monotonic()
@@ -186,6 +202,15 @@ class RoundDriver:
 
         Both the Message-API loop (:meth:`run`) and the legacy fit workflow
         (:class:`strategies.legacy.CodedSecAggWorkflow`) call it once per round.
+
+        Parameters
+        ----------
+        r
+            The Flower round.
+        arrays
+            The current model.
+        train_config
+            The round's train config.
 
         Returns
         -------
@@ -321,7 +346,24 @@ class RoundDriver:
         self, r: int, roster_grid: RosterGrid, arrays: ArrayRecord, train_config: ConfigRecord
     ) -> RoundReport:
         """Train requests to every silo, the first max(n-s, U) uploads, recovery, the sum (the
-        protocol's order is :class:`coded_fl.secagg.driver.ProtocolDriver`'s)."""
+        protocol's order is :class:`coded_fl.secagg.driver.ProtocolDriver`'s).
+
+        Parameters
+        ----------
+        r
+            The Flower round.
+        roster_grid
+            The grid restricted to the run's silos.
+        arrays
+            The current model.
+        train_config
+            The round's train config.
+
+        Returns
+        -------
+        RoundReport
+            report.arrays is the new model when report.ok.
+        """
         st, settings = self.state, self.settings
         spec = replace(
             settings.spec,
@@ -394,7 +436,26 @@ class RoundDriver:
         arrays: ArrayRecord,
         template: Message,
     ) -> RoundReport:
-        """Hand the decoded weighted average to the wrapped strategy's ``aggregate_train``."""
+        """Hand the decoded weighted average to the wrapped strategy's ``aggregate_train``.
+
+        Parameters
+        ----------
+        report
+            The round's report (filled here).
+        res
+            The protocol round's decoded result.
+        t0
+            When the round started (monotonic seconds).
+        arrays
+            The model the round started from.
+        template
+            A train message of the round (the reply handed to the wrapped strategy answers it).
+
+        Returns
+        -------
+        RoundReport
+            report.arrays is the new model when report.ok.
+        """
         st, spec, inner = self.state, self.settings.spec, self.settings.strategy
         report.replies_used = len(res.survivors)
         report.stragglers = res.stragglers
@@ -582,7 +643,24 @@ class RoundDriver:
         self, r: int, roster_grid: RosterGrid, arrays: ArrayRecord, evaluate_config: ConfigRecord
     ) -> MetricRecord | None:
         """The wrapped strategy's evaluation of round ``r`` (waits for every sampled node or
-        the evaluation deadline)."""
+        the evaluation deadline).
+
+        Parameters
+        ----------
+        r
+            The Flower round.
+        roster_grid
+            The grid restricted to the run's silos.
+        arrays
+            The model to evaluate.
+        evaluate_config
+            The evaluate config.
+
+        Returns
+        -------
+        MetricRecord | None
+            The wrapped strategy's aggregate, or None without evaluation.
+        """
         inner = self.settings.strategy
         msgs = list(
             inner.configure_evaluate(

@@ -72,7 +72,22 @@ class Exchange:
     _lingering: dict[str, _Pending] = field(default_factory=dict)
 
     def push(self, messages: Iterable[Message], *, stage: str, round_: int) -> dict[str, int]:
-        """Push messages; returns message id -> destination node for the ones accepted."""
+        """Push messages; returns message id -> destination node for the ones accepted.
+
+        Parameters
+        ----------
+        messages
+            The Flower messages.
+        stage
+            The stage they belong to (for late replies).
+        round_
+            The round they belong to.
+
+        Returns
+        -------
+        dict[str, int]
+            Message id -> destination node, for the messages the grid accepted.
+        """
         msgs = list(messages)
         ids = list(self.grid.push_messages(msgs))
         now = time.monotonic()
@@ -98,6 +113,20 @@ class Exchange:
         Returns True if ``on_reply`` said done, False if the deadline passed or every reply came
         without that. Replies still missing afterwards become "lingering": later pulls
         time-stamp them as late replies.
+
+        Parameters
+        ----------
+        ids
+            The message ids to wait for.
+        on_reply
+            Takes (node, reply); True: done.
+        deadline
+            A monotonic time, or a function giving it.
+
+        Returns
+        -------
+        bool
+            True if on_reply said done.
         """
         wanted = {i for i in ids if i in self._pending}
         done = False
@@ -131,7 +160,13 @@ class Exchange:
         return done
 
     def drain(self, seconds: float) -> None:
-        """Keep pulling lingering replies for up to ``seconds`` (bounded) to time-stamp them."""
+        """Keep pulling lingering replies for up to ``seconds`` (bounded) to time-stamp them.
+
+        Parameters
+        ----------
+        seconds
+            The longest wait.
+        """
         end = time.monotonic() + seconds
         wait = min(FIRST_WAIT, self.poll_interval)
         while self._lingering and time.monotonic() < end:
@@ -159,14 +194,36 @@ class Exchange:
                     self._record_late(mid, reply)
 
     def lingering(self, stage: str, round_: int) -> list[int]:
-        """Nodes that have not answered ``stage`` of ``round_`` yet."""
+        """Nodes that have not answered ``stage`` of ``round_`` yet.
+
+        Parameters
+        ----------
+        stage
+            The stage.
+        round_
+            The round.
+
+        Returns
+        -------
+        list[int]
+        """
         return [
             p.node_id for p in self._lingering.values() if p.stage == stage and p.round == round_
         ]
 
     def heard_since(self, since: float) -> set[int]:
         """Nodes the run pulled any reply from (in time, late or an error) at or after the
-        monotonic time ``since``."""
+        monotonic time ``since``.
+
+        Parameters
+        ----------
+        since
+            A monotonic time.
+
+        Returns
+        -------
+        set[int]
+        """
         return {node for node, at in self.heard.items() if at >= since}
 
     def _record_late(self, mid: str, reply: Message) -> None:

@@ -130,6 +130,20 @@ class LegacyStrategy(Strategy):
     def configure_train(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
     ) -> Iterable[Message]:
+        """The legacy strategy's ``configure_fit`` as Message-API train messages (the model
+        and its config as Flower's ``fitins.*`` records, which a ``NumPyClient`` reads).
+
+        Parameters
+        ----------
+        server_round
+            The Flower round.
+        arrays
+            The current model.
+        config
+            The train config.
+        grid
+            The Flower grid.
+        """
         params = compat.arrayrecord_to_parameters(arrays, keep_input=True)
         out = []
         for proxy, ins in self.strategy.configure_fit(server_round, params, _manager(grid)):
@@ -144,6 +158,16 @@ class LegacyStrategy(Strategy):
     def aggregate_train(
         self, server_round: int, replies: Iterable[Message]
     ) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        """The legacy strategy's ``aggregate_fit`` over the replies (read back from
+        ``fitres.*`` records).
+
+        Parameters
+        ----------
+        server_round
+            The Flower round.
+        replies
+            The replies (one: the decoded sum standing for all K partitions).
+        """
         results: list[tuple[ClientProxy, FitRes]] = []
         failures: list[tuple[ClientProxy, FitRes] | BaseException] = []
         names: list[str] = []
@@ -174,6 +198,19 @@ class LegacyStrategy(Strategy):
     def configure_evaluate(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
     ) -> Iterable[Message]:
+        """The legacy strategy's ``configure_evaluate`` as Message-API evaluate messages.
+
+        Parameters
+        ----------
+        server_round
+            The Flower round.
+        arrays
+            The model to evaluate.
+        config
+            The evaluate config.
+        grid
+            The Flower grid.
+        """
         params = compat.arrayrecord_to_parameters(arrays, keep_input=True)
         out = []
         for proxy, ins in self.strategy.configure_evaluate(server_round, params, _manager(grid)):
@@ -186,6 +223,16 @@ class LegacyStrategy(Strategy):
     def aggregate_evaluate(
         self, server_round: int, replies: Iterable[Message]
     ) -> MetricRecord | None:
+        """The legacy strategy's ``aggregate_evaluate`` (the loss under ``loss``, with its
+        numeric metrics).
+
+        Parameters
+        ----------
+        server_round
+            The Flower round.
+        replies
+            The evaluation replies.
+        """
         results: list[Any] = []
         failures: list[Any] = []
         for reply in replies:

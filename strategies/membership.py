@@ -114,6 +114,11 @@ class Membership:
         since they sent their key (a restarted SuperNode loses ``context.state``), and silos
         that refused with ``NEEDS_KEYS``. Keys are otherwise agreed once per run.
 
+        Parameters
+        ----------
+        before_round
+            The round the renewal comes before.
+
         Returns
         -------
         tuple[bool, tuple[int, ...]]
@@ -160,6 +165,13 @@ class Membership:
 
     def key_exchange(self, *, before_round: int, silos: list[int] | None = None) -> tuple[int, ...]:
         """Ask ``silos`` (default all) for their public keys and fix the roster.
+
+        Parameters
+        ----------
+        before_round
+            The round the exchange comes before.
+        silos
+            The silos to ask (default: all).
 
         Returns
         -------

@@ -259,7 +259,21 @@ class ShuffledTraining:
         ``avoid``: silos not to send from (the silent ones of an epoch planned again,
         :meth:`place`): each unit comes from another of its holders if it has one.
         ``waited``: seconds already spent for this epoch (the settle before a reshuffle),
-        counted in its :attr:`EpochBytes.seconds`."""
+        counted in its :attr:`EpochBytes.seconds`.
+
+        Parameters
+        ----------
+        run_id
+            The run.
+        epoch
+            The shuffle epoch.
+        before_round
+            The round the epoch comes before.
+        waited
+            Seconds already waited for nodes (reported with the epoch).
+        avoid
+            Senders whose units must come from other holders.
+        """
         spent = float(waited)
         for attempt in range(2):
             current = self.holdings.assignment()
@@ -314,6 +328,15 @@ class ShuffledTraining:
         in that epoch, so it is sent again what it holds of its own partitions (a store
         commits a unit it has once).
 
+        Parameters
+        ----------
+        run_id
+            The run.
+        before_round
+            The round the placement comes before.
+        waited
+            Seconds already waited for nodes.
+
         Returns
         -------
         EpochBytes
@@ -342,7 +365,17 @@ class ShuffledTraining:
 
     def silo_nodes(self, grid: Grid) -> list[int]:
         """Silo i's node: the node shuffle member i answered from (members that never
-        answered get the remaining connected nodes, in sorted order)."""
+        answered get the remaining connected nodes, in sorted order).
+
+        Parameters
+        ----------
+        grid
+            The Flower grid.
+
+        Returns
+        -------
+        list[int]
+        """
         known = dict(self.relay.nodes_of_members)
         rest = iter(sorted(set(grid.get_node_ids()) - set(known.values())))
         out = []

@@ -104,7 +104,17 @@ MAX_METRIC_NAMES, MAX_METRIC_NAME = 256, 256
 def metric_names(reply: object) -> tuple[str, ...] | None:
     """The metric names a silo's reply gives for the metric slots (its :data:`INFO_KEY`
     record's :data:`METRIC_NAMES_ENTRY`, a JSON list), or None where it gives none or
-    something else: a malformed entry only leaves that round's metrics unlabelled."""
+    something else: a malformed entry only leaves that round's metrics unlabelled.
+
+    Parameters
+    ----------
+    reply
+        A silo's Flower reply.
+
+    Returns
+    -------
+    tuple[str, ...] | None
+    """
     try:
         raw = reply.content[INFO_KEY][METRIC_NAMES_ENTRY]  # type: ignore[attr-defined]
         if not isinstance(raw, str) or len(raw) > MAX_METRIC_NAMES * (MAX_METRIC_NAME + 4):

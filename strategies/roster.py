@@ -29,7 +29,13 @@ class GridView(Grid):
         self._grid = grid
 
     def set_run(self, run_id: int) -> None:  # type: ignore[override]
-        """Delegate to the wrapped grid."""
+        """Delegate to the wrapped grid.
+
+        Parameters
+        ----------
+        run_id
+            The run.
+        """
         self._grid.set_run(run_id)  # type: ignore[arg-type]
 
     @property
@@ -45,7 +51,25 @@ class GridView(Grid):
         group_id: str,
         ttl: float | None = None,
     ) -> Message:
-        """Delegate to the wrapped grid."""
+        """Delegate to the wrapped grid.
+
+        Parameters
+        ----------
+        content
+            The message's records.
+        message_type
+            Its type.
+        dst_node_id
+            The destination node.
+        group_id
+            The message group.
+        ttl
+            Time to live, in seconds (None: the grid's default).
+
+        Returns
+        -------
+        flwr.app.Message
+        """
         return self._grid.create_message(content, message_type, dst_node_id, group_id, ttl)
 
     def get_node_ids(self) -> Iterable[int]:
@@ -57,17 +81,52 @@ class GridView(Grid):
         return self._grid.get_nodes()
 
     def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
-        """Delegate to the wrapped grid."""
+        """Delegate to the wrapped grid.
+
+        Parameters
+        ----------
+        messages
+            The messages to push.
+
+        Returns
+        -------
+        Iterable[str]
+            Their ids.
+        """
         return self._grid.push_messages(messages)
 
     def pull_messages(self, message_ids: Iterable[str]) -> Iterable[Message]:
-        """Delegate to the wrapped grid."""
+        """Delegate to the wrapped grid.
+
+        Parameters
+        ----------
+        message_ids
+            The ids of the messages whose replies to pull.
+
+        Returns
+        -------
+        Iterable[flwr.app.Message]
+            The replies in.
+        """
         return self._grid.pull_messages(message_ids)
 
     def send_and_receive(
         self, messages: Iterable[Message], *, timeout: float | None = None
     ) -> Iterable[Message]:
-        """Delegate to the wrapped grid."""
+        """Delegate to the wrapped grid.
+
+        Parameters
+        ----------
+        messages
+            The messages to push.
+        timeout
+            Seconds to wait for the replies (None: until every reply).
+
+        Returns
+        -------
+        Iterable[flwr.app.Message]
+            The replies.
+        """
         return self._grid.send_and_receive(messages, timeout=timeout)
 
 

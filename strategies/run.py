@@ -162,9 +162,29 @@ class RunState:
         return self.notes.weight_refused
 
     def wait(self, seconds: float) -> float:
-        """``seconds``, capped by the run's :attr:`limit`."""
+        """``seconds``, capped by the run's :attr:`limit`.
+
+        Parameters
+        ----------
+        seconds
+            A stage's wait.
+
+        Returns
+        -------
+        float
+        """
         return min(seconds, self.limit)
 
     def deadline(self, seconds: float) -> float:
-        """The monotonic time ``seconds`` from now, capped by the run's :attr:`limit`."""
+        """The monotonic time ``seconds`` from now, capped by the run's :attr:`limit`.
+
+        Parameters
+        ----------
+        seconds
+            A stage's wait.
+
+        Returns
+        -------
+        float
+        """
         return time.monotonic() + min(seconds, self.limit)

@@ -166,7 +166,17 @@ class ShuffleRelay:
     # ------------------------------------------------------------------ one epoch
     def run(self, job: ShuffleJob) -> ShuffleResult:
         """Run one epoch; never waits longer than the deadlines. A job that cannot work
-        (storage too small, units missing from every silo) raises before any node is asked."""
+        (storage too small, units missing from every silo) raises before any node is asked.
+
+        Parameters
+        ----------
+        job
+            The epoch's public job.
+
+        Returns
+        -------
+        ShuffleResult
+        """
         relay = RelayCoordinator(job)
         seconds: dict[str, float] = {}
         t0 = time.monotonic()

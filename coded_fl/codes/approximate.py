@@ -78,7 +78,19 @@ class ApproximateEstimate:
     def error_bound(self, max_abs: float, *, rescaled: bool = False) -> float:
         """Largest possible error of one coordinate when every partition's coordinate is a
         signed integer of magnitude at most ``max_abs``: :math:`|M| A`, or :math:`2 |M| A` for
-        the estimate multiplied by :attr:`scale`."""
+        the estimate multiplied by :attr:`scale`.
+
+        Parameters
+        ----------
+        max_abs
+            The largest magnitude of one partition's coordinate (a signed integer).
+        rescaled
+            Bound the estimate multiplied by scale instead of the estimate.
+
+        Returns
+        -------
+        float
+        """
         if not math.isfinite(max_abs) or max_abs < 0:
             raise InputError(f"max_abs must be a finite number >= 0, got {max_abs!r}")
         return float((2 if rescaled else 1) * len(self.missing) * max_abs)
@@ -150,6 +162,17 @@ class ApproximateCode(GroupCode):
 
         Needs :attr:`min_replies` replies; with ``check`` replicas are compared first
         (:meth:`check_consistency`).
+
+        Parameters
+        ----------
+        replies
+            Silo -> its reply (field vectors of one shape).
+        check
+            Compare replicas first.
+
+        Returns
+        -------
+        ApproximateEstimate
         """
         ids, vectors = self._replies(replies)
         if check:
@@ -166,7 +189,17 @@ class ApproximateCode(GroupCode):
 
     def expected_missing_fraction(self, stragglers: int | None = None) -> float:
         """Expected :math:`|M|/K` when ``stragglers`` (default s) silos, chosen uniformly at
-        random, do not reply: :math:`\\sum_q (K_q/K) \\binom{n - r_q}{t - r_q}/\\binom{n}{t}`."""
+        random, do not reply: :math:`\\sum_q (K_q/K) \\binom{n - r_q}{t - r_q}/\\binom{n}{t}`.
+
+        Parameters
+        ----------
+        stragglers
+            Silos that do not reply (default s).
+
+        Returns
+        -------
+        float
+        """
         t = self.s if stragglers is None else check_count("stragglers", stragglers, minimum=0)
         if t > self.n:
             raise InputError(f"stragglers={t} exceeds n={self.n}")

@@ -170,11 +170,31 @@ class GradientCode(ABC):
         return self.n - self.s
 
     def support(self, silo: int) -> tuple[int, ...]:
-        """The partitions silo ``silo`` holds, sorted."""
+        """The partitions silo ``silo`` holds, sorted.
+
+        Parameters
+        ----------
+        silo
+            The silo's index.
+
+        Returns
+        -------
+        tuple[int, ...]
+        """
         return self._support[self._silo(silo)]
 
     def holders(self, partition: int) -> tuple[int, ...]:
-        """The silos holding ``partition``, sorted."""
+        """The silos holding ``partition``, sorted.
+
+        Parameters
+        ----------
+        partition
+            The partition's index.
+
+        Returns
+        -------
+        tuple[int, ...]
+        """
         if isinstance(partition, bool) or not isinstance(partition, (int, np.integer)):
             raise InputError(f"partition ids are ints, got {partition!r}")
         if not 0 <= partition < self.K:
@@ -183,7 +203,17 @@ class GradientCode(ABC):
 
     def coefficients(self, silo: int) -> np.ndarray:
         """:math:`B_{i, \\text{support}(i)}`: the silo's encoding coefficients, aligned with
-        :meth:`support` (what :func:`coded_fl.pipeline.encode_upload` takes)."""
+        :meth:`support` (what :func:`coded_fl.pipeline.encode_upload` takes).
+
+        Parameters
+        ----------
+        silo
+            The silo's index.
+
+        Returns
+        -------
+        np.ndarray
+        """
         i = self._silo(silo)
         return self._matrix[i, list(self._support[i])].copy()
 
@@ -271,6 +301,20 @@ class GradientCode(ABC):
 
         ``partials`` are field vectors (``uint32``, one shape) aligned with :meth:`support`;
         ``out`` as in :meth:`PrimeField.lincomb`.
+
+        Parameters
+        ----------
+        silo
+            The silo's index.
+        partials
+            Its partitions' field vectors, aligned with support(silo).
+        out
+            Where to write the reply (optional).
+
+        Returns
+        -------
+        torch.Tensor
+            The coded reply.
         """
         i = self._silo(silo)
         held = self._support[i]
@@ -297,6 +341,15 @@ class GradientCode(ABC):
         Raises :class:`DecodingError` for fewer than :attr:`min_replies` survivors and
         :class:`InputError` for unknown or repeated ids. The result depends on the set only and
         is cached per set; entries may be zero (replies the decoder does not need).
+
+        Parameters
+        ----------
+        survivors
+            The silos whose replies came.
+
+        Returns
+        -------
+        np.ndarray
         """
         return self._decoding_vector(self._survivors(survivors))
 
@@ -334,6 +387,20 @@ class GradientCode(ABC):
         a repetition code's compares each extra reply bit for bit with the one decoded). With
         ``check=False`` the replies whose decoding coefficient is zero are not read at all.
         ``out`` as in :meth:`PrimeField.lincomb`.
+
+        Parameters
+        ----------
+        replies
+            Silo -> its reply.
+        check
+            Check the replies beyond what decoding needs against each other.
+        out
+            Where to write the sum (optional).
+
+        Returns
+        -------
+        torch.Tensor
+            The sum of all K partitions' vectors.
         """
         ids, vectors = self._replies(replies)
         a = self._decoding_vector(ids)
@@ -351,6 +418,15 @@ class GradientCode(ABC):
         """A basis H (e x |S|, rows) of :math:`\\{h : h^T B_S = 0\\}`, aligned with ``survivors``.
 
         Honest replies satisfy :math:`H Y = 0`; see :mod:`coded_fl.codes.consistency`.
+
+        Parameters
+        ----------
+        survivors
+            The silos whose replies came.
+
+        Returns
+        -------
+        np.ndarray
         """
         return self._parity_checks(self._distinct(survivors))
 
@@ -370,6 +446,11 @@ class GradientCode(ABC):
         Returns 0 when nothing can be checked (no redundancy among these replies). Raises
         :class:`DecodingError` when replies disagree, with ``suspects`` naming the silos located
         as corrupted (see the code's class documentation for what it detects and locates).
+
+        Parameters
+        ----------
+        replies
+            Silo -> its reply.
         """
         ids, vectors = self._replies(replies)
         return self._run_check(ids, vectors)

@@ -107,6 +107,17 @@ def public_points(n: int, p: int) -> np.ndarray:
     True
     >>> sorted(public_points(10, 11).tolist())
     [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]
+
+    Parameters
+    ----------
+    n
+        How many points.
+    p
+        The field's prime.
+
+    Returns
+    -------
+    np.ndarray
     """
     if n >= p:
         raise ConfigurationError(f"GF({p}) has no {n} distinct nonzero points: use p > n")

@@ -106,7 +106,17 @@ class RealGradientCode:
         return b
 
     def decoding_vector(self, survivors: Sequence[int]) -> np.ndarray:
-        """Least-squares a with :math:`B_S^T a \\approx 1` (all given survivors)."""
+        """Least-squares a with :math:`B_S^T a \\approx 1` (all given survivors).
+
+        Parameters
+        ----------
+        survivors
+            The silos whose replies came.
+
+        Returns
+        -------
+        np.ndarray
+        """
         ids = [int(i) for i in survivors]
         if len(set(ids)) != len(ids) or any(not 0 <= i < self.n for i in ids):
             raise InputError(f"survivors must be distinct ids in 0..{self.n - 1}, got {ids}")
@@ -116,12 +126,34 @@ class RealGradientCode:
         return np.asarray(a)
 
     def residual(self, survivors: Sequence[int]) -> float:
-        """:math:`\\| B_S^T a - 1 \\|_\\infty` for the decoding vector of ``survivors``."""
+        """:math:`\\| B_S^T a - 1 \\|_\\infty` for the decoding vector of ``survivors``.
+
+        Parameters
+        ----------
+        survivors
+            The silos whose replies came.
+
+        Returns
+        -------
+        float
+        """
         a = self.decoding_vector(survivors)
         return float(np.abs(self.matrix[list(survivors)].T @ a - 1.0).max())
 
     def decode(self, replies: Mapping[int, np.ndarray], *, dtype: type = np.float64) -> np.ndarray:
-        """:math:`\\sum_i a_i y_i` computed in ``dtype`` (float64 or float32)."""
+        """:math:`\\sum_i a_i y_i` computed in ``dtype`` (float64 or float32).
+
+        Parameters
+        ----------
+        replies
+            Silo -> its real-valued reply.
+        dtype
+            float64 or float32.
+
+        Returns
+        -------
+        np.ndarray
+        """
         ids = list(replies)
         a: np.ndarray = self.decoding_vector(ids).astype(dtype)
         ys: np.ndarray = np.stack([np.asarray(replies[i], dtype=dtype) for i in ids])

@@ -205,7 +205,17 @@ class GroupCode(GradientCode):
         return self._groups
 
     def group_of(self, silo: int) -> int:
-        """The index of the group silo ``silo`` belongs to."""
+        """The index of the group silo ``silo`` belongs to.
+
+        Parameters
+        ----------
+        silo
+            The silo's index.
+
+        Returns
+        -------
+        int
+        """
         return (self._silo(silo) * self._num_groups) // self.n
 
     def _place(self) -> Sequence[Sequence[int]]:
@@ -264,7 +274,17 @@ class GroupCode(GradientCode):
         return ""
 
     def partitions_of_group(self, group: int) -> int:
-        """How many partitions the members of ``group`` hold (:math:`K_q`)."""
+        """How many partitions the members of ``group`` hold (:math:`K_q`).
+
+        Parameters
+        ----------
+        group
+            The group's index.
+
+        Returns
+        -------
+        int
+        """
         first = self._groups[group][0]
         return len(self.support(first))
 

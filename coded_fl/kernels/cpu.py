@@ -60,7 +60,19 @@ def _final_m31(x):  # x: any uint64 -> canonical in [0, p)
 
 @njit(cache=True)
 def add(a, b, out, p):
-    """out = a + b mod p, elementwise (uint32 field elements)."""
+    """out = a + b mod p, elementwise (uint32 field elements).
+
+    Parameters
+    ----------
+    a
+        Field elements (uint32).
+    b
+        Field elements (uint32), a's length.
+    out
+        Where the result is written (uint32, the inputs' length).
+    p
+        The prime (< 2^31).
+    """
     pp = np.uint64(p)
     for i in range(a.size):
         s = np.uint64(a[i]) + np.uint64(b[i])
@@ -69,7 +81,19 @@ def add(a, b, out, p):
 
 @njit(cache=True)
 def sub(a, b, out, p):
-    """out = a - b mod p, elementwise."""
+    """out = a - b mod p, elementwise.
+
+    Parameters
+    ----------
+    a
+        Field elements (uint32).
+    b
+        Field elements (uint32), a's length.
+    out
+        Where the result is written (uint32, the inputs' length).
+    p
+        The prime (< 2^31).
+    """
     pp = np.uint64(p)
     for i in range(a.size):
         s = np.uint64(a[i]) + pp - np.uint64(b[i])
@@ -78,7 +102,17 @@ def sub(a, b, out, p):
 
 @njit(cache=True)
 def neg(a, out, p):
-    """out = -a mod p, elementwise."""
+    """out = -a mod p, elementwise.
+
+    Parameters
+    ----------
+    a
+        Field elements (uint32).
+    out
+        Where the result is written (uint32, the inputs' length).
+    p
+        The prime (< 2^31).
+    """
     pp = np.uint64(p)
     for i in range(a.size):
         x = np.uint64(a[i])
@@ -87,7 +121,19 @@ def neg(a, out, p):
 
 @njit(cache=True)
 def mul(a, b, out, p):
-    """out = a * b mod p, elementwise (Mersenne-31 reduction without a division)."""
+    """out = a * b mod p, elementwise (Mersenne-31 reduction without a division).
+
+    Parameters
+    ----------
+    a
+        Field elements (uint32).
+    b
+        Field elements (uint32), a's length.
+    out
+        Where the result is written (uint32, the inputs' length).
+    p
+        The prime (< 2^31).
+    """
     if p == 2**31 - 1:
         for i in range(a.size):
             out[i] = _final_m31(np.uint64(a[i]) * np.uint64(b[i]))
@@ -99,7 +145,19 @@ def mul(a, b, out, p):
 
 @njit(cache=True)
 def mul_scalar(a, c, out, p):
-    """out = c * a mod p for one scalar c."""
+    """out = c * a mod p for one scalar c.
+
+    Parameters
+    ----------
+    a
+        Field elements (uint32).
+    c
+        The scalar (canonical).
+    out
+        Where the result is written (uint32, the inputs' length).
+    p
+        The prime (< 2^31).
+    """
     cc = np.uint64(c)
     if p == 2**31 - 1:
         for i in range(a.size):
@@ -112,7 +170,19 @@ def mul_scalar(a, c, out, p):
 
 @njit(cache=True)
 def power(a, e, out, p):
-    """out = a**e elementwise, e >= 0 (square and multiply, every product < 2^62)."""
+    """out = a**e elementwise, e >= 0 (square and multiply, every product < 2^62).
+
+    Parameters
+    ----------
+    a
+        Field elements (uint32).
+    e
+        The exponent (>= 0).
+    out
+        Where the result is written (uint32, the inputs' length).
+    p
+        The prime (< 2^31).
+    """
     pp = np.uint64(p)
     for i in range(a.size):
         base = np.uint64(a[i])
@@ -128,7 +198,17 @@ def power(a, e, out, p):
 
 @njit(cache=True)
 def from_signed(x, out, p):
-    """Signed int64 with |x| < 2^62 -> canonical field element."""
+    """Signed int64 with |x| < 2^62 -> canonical field element.
+
+    Parameters
+    ----------
+    x
+        Signed integers (int64).
+    out
+        Where the result is written (uint32, the inputs' length).
+    p
+        The prime (< 2^31).
+    """
     ip = np.int64(p)
     for i in range(x.size):
         r = x[i] % ip  # numba follows Python: result has the sign of ip
@@ -137,7 +217,17 @@ def from_signed(x, out, p):
 
 @njit(cache=True)
 def to_signed(a, out, p):
-    """Canonical element -> centred representative in (-p/2, p/2]."""
+    """Canonical element -> centred representative in (-p/2, p/2].
+
+    Parameters
+    ----------
+    a
+        Field elements (uint32).
+    out
+        Where the result is written (int64).
+    p
+        The prime (< 2^31).
+    """
     half = np.int64(p // 2)
     ip = np.int64(p)
     for i in range(a.size):
@@ -147,7 +237,13 @@ def to_signed(a, out, p):
 
 @njit(cache=True)
 def max_element(a):
-    """The largest element of a (0 for an empty array)."""
+    """The largest element of a (0 for an empty array).
+
+    Parameters
+    ----------
+    a
+        A uint32 array.
+    """
     m = np.uint32(0)
     for i in range(a.size):
         if a[i] > m:
@@ -164,6 +260,23 @@ def weighted_delta(new, theta, out, rho, inv_scale, clip, wide):
     scalars, so every operation rounds as torch's float32 ``(new - theta) * rho / g`` does.
     Returns (NaN/Inf count, count of |out| > clip, count of |out| > wide): the update's checks
     and clip counts, without a second read.
+
+    Parameters
+    ----------
+    new
+        The trained parameters (any float dtype).
+    theta
+        The model sent (float32).
+    out
+        float32, the inputs' length.
+    rho
+        The partition's weight fraction w / W.
+    inv_scale
+        1 / the round's delta scale.
+    clip
+        The clip range c.
+    wide
+        The threshold counted as wide (a quarter of c).
     """
     r = np.float32(rho)
     g = np.float32(inv_scale)
@@ -210,6 +323,17 @@ def lincomb(coeffs, xs, out, p):
     ``uint64`` accumulators take :math:`c_l x < 2^{48}` and :math:`c_h x < 2^{47}` (no division in
     the loop); both are reduced mod p every 4096 inputs, so they stay below :math:`2^{60} + p`. The
     result is ``((h % p) * 2**16 + l % p) % p``.
+
+    Parameters
+    ----------
+    coeffs
+        k canonical coefficients (int64).
+    xs
+        A typed list of k uint32 vectors of one length.
+    out
+        Where the result is written (uint32, the inputs' length).
+    p
+        The prime (< 2^31).
     """
     d = out.size
     k = len(xs)
@@ -318,6 +442,17 @@ def matmul(m, x, out, p):
     Blocked over D (the accumulators of all R rows stay within about 64 KiB): every block of
     the L inputs is read once from memory for all R outputs. Returns the largest input element
     read (a caller validates its inputs in the same pass).
+
+    Parameters
+    ----------
+    m
+        (R, L) canonical coefficients (int64).
+    x
+        (L, D) uint32, or a typed list of L uint32 vectors.
+    out
+        (R, D) uint32.
+    p
+        The prime (< 2^31).
     """
     rows, inner = m.shape
     d = out.shape[1]
@@ -383,7 +518,23 @@ def disagreements(x, refs, members, coeffs, out, p):
     """out[t] = 1 where some member's x[members[k]][t] != coeffs[k] * x[refs[k]][t] (mod p),
     else 0; x a typed list of uint32 vectors, coeffs canonical: the group comparisons of the
     repetition code without forming them (replies y_j = r_j (G + zeta) agree when
-    y_j = (r_j / r_ref) y_ref). Returns the number of coordinates marked."""
+    y_j = (r_j / r_ref) y_ref). Returns the number of coordinates marked.
+
+    Parameters
+    ----------
+    x
+        A typed list of uint32 replies.
+    refs
+        Per comparison, the reference reply's index.
+    members
+        Per comparison, the compared reply's index.
+    coeffs
+        Per comparison, the coefficient of the reference (canonical).
+    out
+        uint8 flags, the replies' length.
+    p
+        The prime (< 2^31).
+    """
     for t in range(out.shape[0]):
         out[t] = 0
     for k in range(refs.shape[0]):
@@ -444,7 +595,15 @@ def _round_one(v, i, clip, scale, k0, k1):
 
 @njit(cache=True)
 def scan_values(x, clip):
-    """(number of NaN/Inf, number of values with |x| > clip, Inf included) in one read pass."""
+    """(number of NaN/Inf, number of values with |x| > clip, Inf included) in one read pass.
+
+    Parameters
+    ----------
+    x
+        A float array.
+    clip
+        The clip range.
+    """
     nonfinite = 0
     beyond = 0
     for i in range(x.size):
@@ -456,7 +615,15 @@ def scan_values(x, clip):
 
 @njit(cache=True)
 def sanitize_nonfinite(x, clip):
-    """In place: NaN -> 0, +Inf -> clip, -Inf -> -clip."""
+    """In place: NaN -> 0, +Inf -> clip, -Inf -> -clip.
+
+    Parameters
+    ----------
+    x
+        A float array (changed in place).
+    clip
+        The clip range.
+    """
     for i in range(x.size):
         v = x[i]
         if np.isnan(v):
@@ -482,6 +649,23 @@ def stochastic_round(x, out, clip, scale, k0, k1, offset, p):
     With ``p == 0`` the signed integers are written (``out`` int64); otherwise they are lifted
     into GF(p) (``out`` uint32): the fused quantizer. Returns (NaN/Inf count, count of
     |x| > clip, Inf included); a NaN's output is meaningless.
+
+    Parameters
+    ----------
+    x
+        The values (float32 or float64).
+    out
+        int64 (p == 0) or uint32, x's length.
+    clip
+        The clip range.
+    scale
+        The quantization scale.
+    k0, k1
+        The rounding key's words.
+    offset
+        The global index of x[0].
+    p
+        The prime, or 0 for signed integers.
     """
     uk0 = np.uint32(k0)
     uk1 = np.uint32(k1)
@@ -517,6 +701,27 @@ def quantize_encode(xs, coeffs, keys, mask, out, clip, scale, p, lo, hi):
     2^16 max|q| and the caller checks k max|q| < 2^30, so both sums stay below 2^53 (exact), with
     no 64-bit integer multiply in the loop. The combination c_hi 2^16 + c_lo is below 2^62.
     Partitions are taken two at a time so each accumulator is loaded and stored once per pair.
+
+    Parameters
+    ----------
+    xs
+        A typed list of the k partitions' float vectors.
+    coeffs
+        k canonical coefficients (int64).
+    keys
+        (k, 2) rounding keys (int64).
+    mask
+        The mask's elements for lo..hi (uint32).
+    out
+        uint32, hi - lo elements.
+    clip
+        The clip range.
+    scale
+        The quantization scale.
+    p
+        The prime (< 2^31).
+    lo, hi
+        The global index range written.
     """
     k = len(xs)
     ip = np.int64(p)
@@ -602,7 +807,17 @@ def quantize_encode(xs, coeffs, keys, mask, out, clip, scale, p, lo, hi):
 
 @njit(cache=True)
 def mask_words(words, bits_mask, p):
-    """In place: keep the low bits of each word; return how many are >= p (to be rejected)."""
+    """In place: keep the low bits of each word; return how many are >= p (to be rejected).
+
+    Parameters
+    ----------
+    words
+        Keystream words (uint32, changed in place).
+    bits_mask
+        The low-bit mask (2^bits - 1).
+    p
+        The prime (< 2^31).
+    """
     m = np.uint32(bits_mask)
     pp = np.uint32(p)
     rejected = 0
@@ -618,6 +833,19 @@ def accept_below(words, bits_mask, p, out, filled):
     """Rejection sampling: append each ``words[i] & bits_mask`` that is < p to ``out``.
 
     Starts at ``out[filled]``; returns the new fill level (stops when ``out`` is full).
+
+    Parameters
+    ----------
+    words
+        Keystream words (uint32).
+    bits_mask
+        The low-bit mask.
+    p
+        The prime (< 2^31).
+    out
+        The field elements so far (uint32).
+    filled
+        How many of out are filled.
     """
     m = np.uint32(bits_mask)
     pp = np.uint32(p)
@@ -643,6 +871,11 @@ def list_of(first):
     Built here, in a cached kernel, rather than by ``numba.typed.List().append`` from Python:
     that compiles the list's methods for each item type in every fresh process (about 1 s per
     type, not cacheable), where this loads from numba's cache like the other kernels.
+
+    Parameters
+    ----------
+    first
+        A 1-D array.
     """
     out = List()
     out.append(first)
@@ -651,7 +884,15 @@ def list_of(first):
 
 @njit(cache=True)
 def list_append(items, item):
-    """Append ``item`` to a typed list made by :func:`list_of` (in place)."""
+    """Append ``item`` to a typed list made by :func:`list_of` (in place).
+
+    Parameters
+    ----------
+    items
+        A typed list made by list_of.
+    item
+        A 1-D array of the same type.
+    """
     items.append(item)
 
 

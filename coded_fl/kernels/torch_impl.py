@@ -27,28 +27,76 @@ def _u32(x: torch.Tensor) -> torch.Tensor:
 
 
 def add(a: torch.Tensor, b: torch.Tensor, p: int) -> torch.Tensor:
-    """a + b mod p, elementwise, on the tensors' device."""
+    """a + b mod p, elementwise, on the tensors' device.
+
+    Parameters
+    ----------
+    a
+        Field elements (uint32 tensor).
+    b
+        Field elements of a's shape.
+    p
+        The prime (< 2^31).
+    """
     return _u32(torch.remainder(_i64(a) + _i64(b), p))
 
 
 def sub(a: torch.Tensor, b: torch.Tensor, p: int) -> torch.Tensor:
-    """a - b mod p, elementwise."""
+    """a - b mod p, elementwise.
+
+    Parameters
+    ----------
+    a
+        Field elements (uint32 tensor).
+    b
+        Field elements of a's shape.
+    p
+        The prime (< 2^31).
+    """
     return _u32(torch.remainder(_i64(a) - _i64(b), p))
 
 
 def neg(a: torch.Tensor, p: int) -> torch.Tensor:
-    """-a mod p, elementwise."""
+    """-a mod p, elementwise.
+
+    Parameters
+    ----------
+    a
+        Field elements (uint32 tensor).
+    p
+        The prime (< 2^31).
+    """
     return _u32(torch.remainder(-_i64(a), p))
 
 
 def mul(a: torch.Tensor, b: torch.Tensor | int, p: int) -> torch.Tensor:
-    """a * b mod p, elementwise (b a tensor or one int)."""
+    """a * b mod p, elementwise (b a tensor or one int).
+
+    Parameters
+    ----------
+    a
+        Field elements (uint32 tensor).
+    b
+        Field elements of a's shape, or one int.
+    p
+        The prime (< 2^31).
+    """
     other = b if isinstance(b, int) else _i64(b)
     return _u32(torch.remainder(_i64(a) * other, p))
 
 
 def power(a: torch.Tensor, e: int, p: int) -> torch.Tensor:
-    """a ** e mod p, elementwise (square and multiply)."""
+    """a ** e mod p, elementwise (square and multiply).
+
+    Parameters
+    ----------
+    a
+        Field elements (uint32 tensor).
+    e
+        The exponent (>= 0).
+    p
+        The prime (< 2^31).
+    """
     base = _i64(a)
     result = torch.ones_like(base) % p
     while e > 0:
@@ -60,18 +108,44 @@ def power(a: torch.Tensor, e: int, p: int) -> torch.Tensor:
 
 
 def from_signed(x: torch.Tensor, p: int) -> torch.Tensor:
-    """Signed integers to field elements (x mod p)."""
+    """Signed integers to field elements (x mod p).
+
+    Parameters
+    ----------
+    x
+        Signed integers (int64 tensor).
+    p
+        The prime (< 2^31).
+    """
     return _u32(torch.remainder(x.to(torch.int64), p))
 
 
 def to_signed(a: torch.Tensor, p: int) -> torch.Tensor:
-    """Field elements to signed integers in (-p/2, p/2]."""
+    """Field elements to signed integers in (-p/2, p/2].
+
+    Parameters
+    ----------
+    a
+        Field elements (uint32 tensor).
+    p
+        The prime (< 2^31).
+    """
     v = _i64(a)
     return torch.where(v > p // 2, v - p, v)
 
 
 def lincomb(coeffs: Sequence[int], xs: Sequence[torch.Tensor], p: int) -> torch.Tensor:
-    """sum_j coeffs[j] * xs[j] mod p (the CPU kernel's result, bit for bit)."""
+    """sum_j coeffs[j] * xs[j] mod p (the CPU kernel's result, bit for bit).
+
+    Parameters
+    ----------
+    coeffs
+        Canonical coefficients.
+    xs
+        uint32 tensors of one shape.
+    p
+        The prime (< 2^31).
+    """
     acc = torch.zeros(xs[0].shape, dtype=torch.int64, device=xs[0].device)
     for c, x in zip(coeffs, xs, strict=True):
         acc = torch.remainder(acc + c * _i64(x), p)
@@ -79,7 +153,17 @@ def lincomb(coeffs: Sequence[int], xs: Sequence[torch.Tensor], p: int) -> torch.
 
 
 def matmul(m: Sequence[Sequence[int]], xs: Sequence[torch.Tensor], p: int) -> torch.Tensor:
-    """One :func:`lincomb` per row of m, stacked."""
+    """One :func:`lincomb` per row of m, stacked.
+
+    Parameters
+    ----------
+    m
+        (R, L) canonical coefficients.
+    xs
+        L uint32 tensors of one shape.
+    p
+        The prime (< 2^31).
+    """
     return torch.stack([lincomb(row, xs, p) for row in m])
 
 
@@ -89,7 +173,19 @@ def _mum(x: torch.Tensor, c: int) -> torch.Tensor:
 
 
 def uniform(n: int, k0: int, k1: int, offset: int, device: torch.device) -> torch.Tensor:
-    """The CPU kernel's keyed uniforms for indices offset .. offset+n-1, as float64."""
+    """The CPU kernel's keyed uniforms for indices offset .. offset+n-1, as float64.
+
+    Parameters
+    ----------
+    n
+        How many.
+    k0, k1
+        The rounding key's words.
+    offset
+        The global index of the first.
+    device
+        The torch device.
+    """
     index = torch.arange(offset, offset + n, dtype=torch.int64, device=device) & _LOW32
     h = _mum(_mum(_mum(index ^ k0, _C1) ^ k1, _C2) ^ k0, _C3)
     return h.to(torch.float64) * 2.0**-32
@@ -99,7 +195,21 @@ def stochastic_round(
     x: torch.Tensor, clip: float, scale: float, k0: int, k1: int, offset: int
 ) -> torch.Tensor:
     """Clip to [-clip, clip], scale and round stochastically with the counter-based
-    keys (k0, k1) from element ``offset`` on: the CPU kernel's integers, bit for bit."""
+    keys (k0, k1) from element ``offset`` on: the CPU kernel's integers, bit for bit.
+
+    Parameters
+    ----------
+    x
+        The values.
+    clip
+        The clip range.
+    scale
+        The quantization scale.
+    k0, k1
+        The rounding key's words.
+    offset
+        The global index of x[0].
+    """
     t = torch.clamp(x.to(torch.float64), -clip, clip) * scale
     f = torch.floor(t)
     u = uniform(x.numel(), k0, k1, offset, x.device).reshape(x.shape)
@@ -116,7 +226,25 @@ def quantize_encode(
     p: int,
 ) -> torch.Tensor:
     """The fused client pipeline: quantize every partition and return the coded
-    combination sum_j coeffs[j] q_j mod p (bit-identical to the CPU kernel)."""
+    combination sum_j coeffs[j] q_j mod p (bit-identical to the CPU kernel).
+
+    Parameters
+    ----------
+    xs
+        The k partitions' float tensors.
+    coeffs
+        k canonical coefficients.
+    keys
+        (k, 2) rounding keys.
+    mask
+        The mask (uint32), or None.
+    clip
+        The clip range.
+    scale
+        The quantization scale.
+    p
+        The prime (< 2^31).
+    """
     acc = (
         _i64(mask)
         if mask is not None

@@ -580,6 +580,11 @@ class ClientMachine:
         :class:`~coded_fl.secagg.policy.ClientPolicy` (its maxima on n, K and d on the raw
         JSON, before the configuration is built) and the index is in range (and the pinned
         one, if the policy pins one).
+
+        Parameters
+        ----------
+        msg
+            The server's key request: the public configuration and this silo's index.
         """
         if msg.sender != SERVER:
             raise RemoteProtocolError(
@@ -685,6 +690,11 @@ class ClientMachine:
         from elsewhere) does not move the floor: earlier real rounds keep working. At most
         :data:`MAX_UNVERIFIED_ROUNDS` such rounds are remembered; beyond that the oldest is
         forgotten and the floor rises to it, so no round is ever trained twice.
+
+        Parameters
+        ----------
+        msg
+            The server's train request for one protocol round.
         """
         cfg = self._check_header(msg)
         self._require(
@@ -877,6 +887,17 @@ class ClientMachine:
         whose silos were sent different inputs cannot be unmasked. (A reveal needs no digest:
         the ephemeral scalar does not depend on it; the server judges a disputed share under
         the digest of the inputs it sent this silo.)
+
+        Parameters
+        ----------
+        task
+            What on_train_request returned for the round.
+        partials
+            One float tensor of vector_length elements per partition of the task, in
+            task.partitions order.
+        model_digest
+            The digest of everything the silo trained on (the inputs digest of the train
+            message); empty when the caller has none.
         """
         if isinstance(task, TrainTask) and task.round in self.uploaded:
             raise MaskReuseError(
@@ -1016,7 +1037,19 @@ class ClientMachine:
 
     # ------------------------------------------------------------------ 3. recovery
     def on_recovery_request(self, msg: RecoveryRequest) -> RecoveryReply:
-        """Check the requested weights against the public code and return the share sums."""
+        """Check the requested weights against the public code and return the share sums.
+
+        Parameters
+        ----------
+        msg
+            The server's recovery request: the survivors, the weights and the shares relayed for
+            this silo.
+
+        Returns
+        -------
+        RecoveryReply
+            This silo's weighted share sums.
+        """
         cfg = self._check_header(msg)
         # any keyed stage: the round's inputs digest, kept per uploaded round, is what counts
         self._require(
@@ -1184,6 +1217,11 @@ class ClientMachine:
         with an identity reveals only for an accusation its accuser signed); the relayed item
         is this silo's entry for the accuser (its ephemeral key is the one this silo derives
         again from the context). Nothing changes in the machine.
+
+        Parameters
+        ----------
+        msg
+            The server's request to reveal the key of the share this silo left for msg.accuser.
 
         Raises
         ------

@@ -121,7 +121,22 @@ class Transport(Protocol):
     """How the driver reaches the silos (see the module docstring)."""
 
     def send(self, requests: Sequence[Message], *, stage: str, round_: int) -> Batch:
-        """Push one stage's requests."""
+        """Push one stage's requests.
+
+        Parameters
+        ----------
+        requests
+            One stage's protocol requests.
+        stage
+            keys, train, recovery or reveal.
+        round_
+            The round the transport files the messages under.
+
+        Returns
+        -------
+        Batch
+            The silos reached and the transport's handle.
+        """
         ...
 
     def collect(
@@ -133,7 +148,19 @@ class Transport(Protocol):
         deadline: Callable[[], float],
     ) -> None:
         """Hand replies to ``on_reply`` until it returns True, every reply came, or ``now()``
-        passes ``deadline()``. A body whose type is not in ``expect`` need not be decoded."""
+        passes ``deadline()``. A body whose type is not in ``expect`` need not be decoded.
+
+        Parameters
+        ----------
+        batch
+            What send returned.
+        expect
+            The message types the stage takes (besides a Refusal).
+        on_reply
+            Takes each reply as it comes; True: the stage is done.
+        deadline
+            The time (on now's clock) to stop at; asked again after every reply.
+        """
         ...
 
     def now(self) -> float:

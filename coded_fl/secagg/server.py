@@ -312,7 +312,13 @@ class ServerMachine:
 
     # ------------------------------------------------------------------ dispatch
     def receive(self, msg: Message) -> None:
-        """Take one message from a silo; refuse (and change nothing) if it is out of place."""
+        """Take one message from a silo; refuse (and change nothing) if it is out of place.
+
+        Parameters
+        ----------
+        msg
+            A silo's message (key reply, upload, recovery reply, reveal or refusal).
+        """
         cfg = self.config
         if msg.digest != cfg.digest:
             raise RemoteProtocolError(
@@ -344,7 +350,18 @@ class ServerMachine:
 
     # ------------------------------------------------------------------ keys
     def start_key_exchange(self, silos: Sequence[int] | None = None) -> list[KeyRequest]:
-        """Ask ``silos`` (default all n) for their public keys; call again to rekey."""
+        """Ask ``silos`` (default all n) for their public keys; call again to rekey.
+
+        Parameters
+        ----------
+        silos
+            The silos to ask (default: all n).
+
+        Returns
+        -------
+        list[KeyRequest]
+            One request per silo asked.
+        """
         self._require(ServerStage.INIT, ServerStage.READY)
         cfg = self.config
         targets = sorted(set(range(cfg.n) if silos is None else silos))
@@ -1294,7 +1311,17 @@ class ServerMachine:
         return res, True
 
     def abort(self, reason: str) -> RoundAborted:
-        """Give up the current round (e.g. the driver's deadline passed)."""
+        """Give up the current round (e.g. the driver's deadline passed).
+
+        Parameters
+        ----------
+        reason
+            Why the round is given up (in the RoundAborted).
+
+        Returns
+        -------
+        RoundAborted
+        """
         self._require(ServerStage.COLLECTING, ServerStage.RECOVERING)
         return self._abort(reason)
 

@@ -134,13 +134,33 @@ class MaskSharing:
         return self.U * self.piece_length
 
     def pieces_from_stream(self, stream: torch.Tensor) -> torch.Tensor:
-        """The (U, m) pieces in a ``stream_length`` stream; its first d elements are the mask."""
+        """The (U, m) pieces in a ``stream_length`` stream; its first d elements are the mask.
+
+        Parameters
+        ----------
+        stream
+            A stream_length field vector (the mask first).
+
+        Returns
+        -------
+        torch.Tensor
+        """
         if stream.numel() != self.stream_length:
             raise InputError(f"need {self.stream_length} stream elements, got {stream.numel()}")
         return stream.reshape(self.U, self.piece_length)
 
     def encode(self, pieces: torch.Tensor) -> torch.Tensor:
-        """The n shares (n, m) of one silo's pieces."""
+        """The n shares (n, m) of one silo's pieces.
+
+        Parameters
+        ----------
+        pieces
+            The (U, m) pieces of one silo's mask stream.
+
+        Returns
+        -------
+        torch.Tensor
+        """
         return self.field.matmul(self.encoding_matrix, pieces)
 
     def derived_set(self, sender: int, members: Sequence[int]) -> tuple[int, ...]:
@@ -277,6 +297,11 @@ class MaskSharing:
 
         Returns an (R, d) tensor: row r is :math:`\\sum_i a^{(r)}_i z_i`. Uses the U lowest
         silo ids among the replies (any U give the same answer).
+
+        Parameters
+        ----------
+        replies
+            Silo -> its (R, m) weighted share sums.
         """
         if len(replies) < self.U:
             raise DecodingError(

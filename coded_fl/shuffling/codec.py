@@ -169,7 +169,17 @@ class SegmentBuffer:
         return self.data.reshape(-1, self.layout.piece_size)
 
     def unit(self, n: int) -> np.ndarray:
-        """Unit n as ``(n_subfiles, subfile_size)`` (a view)."""
+        """Unit n as ``(n_subfiles, subfile_size)`` (a view).
+
+        Parameters
+        ----------
+        n
+            The unit's position in the manifest.
+
+        Returns
+        -------
+        np.ndarray
+        """
         return self.data[n].reshape(self.layout.n_subfiles, self.layout.subfile_size)
 
     def _unit_rows(self, n: int) -> slice:
@@ -177,12 +187,32 @@ class SegmentBuffer:
         return slice(n * s, (n + 1) * s)
 
     def put_unit(self, n: int, padded: np.ndarray) -> None:
-        """Know unit n in full (``padded``: ``unit_size`` bytes)."""
+        """Know unit n in full (``padded``: ``unit_size`` bytes).
+
+        Parameters
+        ----------
+        n
+            The unit's position in the manifest.
+        padded
+            Its bytes, padded to unit_size.
+        """
         self.data[n] = padded
         self.known[self._unit_rows(n)] = True
 
     def put_cache(self, n: int, *, silo: int, plan: ShufflePlan, subfiles: np.ndarray) -> None:
-        """Know the cached subfiles of unit n (concatenated in subfile order)."""
+        """Know the cached subfiles of unit n (concatenated in subfile order).
+
+        Parameters
+        ----------
+        n
+            The unit's position in the manifest.
+        silo
+            The silo whose cache it is.
+        plan
+            The epoch's plan (which subfiles the silo caches).
+        subfiles
+            The cached subfiles, concatenated.
+        """
         idx = cached_subfiles(plan, silo)
         size = self.layout.subfile_size
         if subfiles.size != idx.size * size:

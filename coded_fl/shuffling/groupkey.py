@@ -135,7 +135,23 @@ class Roster:
         keys: Mapping[int, bytes],
         tags: Mapping[int, bytes] | None = None,
     ) -> Roster:
-        """A roster from member -> public key (and member -> tag)."""
+        """A roster from member -> public key (and member -> tag).
+
+        Parameters
+        ----------
+        run_id
+            The run.
+        epoch
+            The shuffle epoch.
+        keys
+            Member -> its public key.
+        tags
+            Member -> its key-confirmation tag.
+
+        Returns
+        -------
+        Roster
+        """
         tags = tags or {}
         return cls(
             run_id,

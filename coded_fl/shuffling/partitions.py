@@ -336,7 +336,19 @@ class Holdings:
 
     @classmethod
     def from_assignment(cls, assignment: Mapping[UnitId, frozenset[int]], K: int) -> Holdings:
-        """The view in which every silo holds exactly what ``assignment`` gives it."""
+        """The view in which every silo holds exactly what ``assignment`` gives it.
+
+        Parameters
+        ----------
+        assignment
+            Unit -> the silos that hold it.
+        K
+            Silos.
+
+        Returns
+        -------
+        Holdings
+        """
         held: dict[int, set[UnitId]] = {k: set() for k in range(K)}
         for u, silos in assignment.items():
             for k in silos:
@@ -356,6 +368,11 @@ class Holdings:
         its old units plus the units it reported received (verified and committed). "Its old
         units" are what its store reported at the epoch's hello when it did (that corrects a
         view left behind by a reply lost after a commit), else what this view had.
+
+        Parameters
+        ----------
+        result
+            The epoch's result.
 
         Returns
         -------
@@ -380,7 +397,21 @@ class Holdings:
         return corrected
 
     def ready(self, silo: int, partitions: Sequence[int], parts: Partitions) -> bool:
-        """True iff ``silo`` holds every unit of every partition in ``partitions``."""
+        """True iff ``silo`` holds every unit of every partition in ``partitions``.
+
+        Parameters
+        ----------
+        silo
+            The silo.
+        partitions
+            The partitions it must hold.
+        parts
+            Partition -> its units.
+
+        Returns
+        -------
+        bool
+        """
         have = self.held.get(silo, set())
         return all(u in have for j in partitions for u in parts[j])
 

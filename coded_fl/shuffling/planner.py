@@ -161,12 +161,32 @@ class ShufflePlan:
 
     # -- routing -----------------------------------------------------------------------------
     def terms(self, i: int) -> tuple[np.ndarray, np.ndarray]:
-        """(segment rows, decoding silos) of message i."""
+        """(segment rows, decoding silos) of message i.
+
+        Parameters
+        ----------
+        i
+            The message's index.
+
+        Returns
+        -------
+        tuple[np.ndarray, np.ndarray]
+        """
         a, b = int(self.msg_ptr[i]), int(self.msg_ptr[i + 1])
         return self.term_row[a:b], self.term_silo[a:b]
 
     def receivers(self, i: int) -> frozenset[int]:
-        """The silos that decode something from message i (the relay forwards it to them)."""
+        """The silos that decode something from message i (the relay forwards it to them).
+
+        Parameters
+        ----------
+        i
+            The message's index.
+
+        Returns
+        -------
+        frozenset[int]
+        """
         return frozenset(int(k) for k in self.terms(i)[1])
 
     def messages_from(self, sender: int) -> np.ndarray:

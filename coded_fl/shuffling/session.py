@@ -319,7 +319,17 @@ class SiloSession:
         ]
 
     def receive(self, msg: ShuffleMessage) -> list[UnitId]:
-        """Take one message; returns the units it completed (decoded and verified)."""
+        """Take one message; returns the units it completed (decoded and verified).
+
+        Parameters
+        ----------
+        msg
+            A relayed message of the epoch.
+
+        Returns
+        -------
+        list[UnitId]
+        """
         if self._finished:
             raise LocalProtocolError(f"silo {self.silo} finished this shuffle")
         _check_header(self.plan, self.epoch, msg)
@@ -407,7 +417,17 @@ class RelaySession:
         self._seen: set[int] = set()
 
     def route(self, msg: ShuffleMessage) -> frozenset[int]:
-        """The silos to forward ``msg`` to (RemoteProtocolError if it does not belong here)."""
+        """The silos to forward ``msg`` to (RemoteProtocolError if it does not belong here).
+
+        Parameters
+        ----------
+        msg
+            A sender's message.
+
+        Returns
+        -------
+        frozenset[int]
+        """
         _check_header(self.plan, self.epoch, msg)
         if msg.index in self._seen:
             raise RemoteProtocolError(f"message {msg.index} relayed twice", sender=msg.sender)

@@ -120,7 +120,17 @@ class UnitStore:
 
     def spec(self, unit_id: UnitId) -> UnitSpec:
         """The length and SHA-256 the manifest records for a unit held in full (InputError if
-        the store does not hold it)."""
+        the store does not hold it).
+
+        Parameters
+        ----------
+        unit_id
+            The unit.
+
+        Returns
+        -------
+        UnitSpec
+        """
         for e in self._read_manifest()["units"]:
             if e["id"] == unit_id:
                 return self._spec(e)
@@ -139,7 +149,17 @@ class UnitStore:
         return tuple(e["id"] for e in self._read_manifest()["cache"])
 
     def unit_path(self, unit_id: UnitId) -> Path:
-        """Where the training code may read a unit the manifest names (raw bytes)."""
+        """Where the training code may read a unit the manifest names (raw bytes).
+
+        Parameters
+        ----------
+        unit_id
+            The unit.
+
+        Returns
+        -------
+        Path
+        """
         return _file(self.root, "units", unit_id, self.spec(unit_id).sha256)
 
     # -- reads -------------------------------------------------------------------------------
@@ -160,11 +180,31 @@ class UnitStore:
         raise InputError(f"unit {unit_id!r} has no {kind} entry in this store")
 
     def read_unit(self, unit_id: UnitId) -> bytes:
-        """A unit's bytes, checked against its SHA-256."""
+        """A unit's bytes, checked against its SHA-256.
+
+        Parameters
+        ----------
+        unit_id
+            The unit.
+
+        Returns
+        -------
+        bytes
+        """
         return self._read_checked("units", self._read_manifest()["units"], unit_id)
 
     def read_cache(self, unit_id: UnitId) -> bytes:
-        """The cached subfiles of a unit, checked against their SHA-256."""
+        """The cached subfiles of a unit, checked against their SHA-256.
+
+        Parameters
+        ----------
+        unit_id
+            The unit.
+
+        Returns
+        -------
+        bytes
+        """
         return self._read_checked("cache", self._read_manifest()["cache"], unit_id)
 
     # -- the one write path ------------------------------------------------------------------
@@ -183,6 +223,19 @@ class UnitStore:
         Every added unit is checked against its spec first (InputError naming it if not equal),
         its file written and synced, and only then the new manifest replaces the old one.
         Files no manifest entry names any more are deleted after the switch.
+
+        Parameters
+        ----------
+        add
+            Verified units to add: spec -> bytes.
+        drop
+            Units to drop.
+        cache
+            Unit -> its cached subfiles.
+        epoch
+            The epoch the store is now at.
+        known
+            Specs of units the store may be sent later.
         """
         add = dict(add or {})
         for spec, data in add.items():

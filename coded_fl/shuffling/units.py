@@ -67,7 +67,17 @@ class UnitSpec:
             raise InputError(f"unit {self.unit_id!r}: length must be >= 0 and sha256 32 bytes")
 
     def verify(self, data: bytes | bytearray | memoryview) -> bool:
-        """True if ``data`` is exactly this unit (length and hash)."""
+        """True if ``data`` is exactly this unit (length and hash).
+
+        Parameters
+        ----------
+        data
+            The bytes to check.
+
+        Returns
+        -------
+        bool
+        """
         return len(data) == self.length and digest(data) == self.sha256
 
 
@@ -89,7 +99,17 @@ class UnitManifest:
 
     @classmethod
     def from_data(cls, data: Mapping[UnitId, bytes]) -> UnitManifest:
-        """Manifest of units given as bytes (hashes computed here)."""
+        """Manifest of units given as bytes (hashes computed here).
+
+        Parameters
+        ----------
+        data
+            Unit -> its bytes.
+
+        Returns
+        -------
+        UnitManifest
+        """
         return cls(tuple(UnitSpec(u, len(b), digest(b)) for u, b in data.items()))
 
     def __len__(self) -> int:
@@ -104,7 +124,17 @@ class UnitManifest:
         return tuple(s.unit_id for s in self.specs)
 
     def index(self, unit_id: UnitId) -> int:
-        """Position of a unit in the canonical order; InputError naming it if unknown."""
+        """Position of a unit in the canonical order; InputError naming it if unknown.
+
+        Parameters
+        ----------
+        unit_id
+            The unit.
+
+        Returns
+        -------
+        int
+        """
         try:
             return int(self._index[unit_id])  # type: ignore[attr-defined]
         except KeyError:
@@ -168,6 +198,21 @@ class Layout:
         The planner aligns subfiles to t, so the centralized (1 piece) and decentralized
         (t pieces) layouts of the same units at the same level cut the units at the same
         places: a silo's cache serves both settings.
+
+        Parameters
+        ----------
+        manifest
+            The units.
+        n_subfiles
+            Subfiles per unit.
+        n_pieces
+            Pieces per subfile.
+        subfile_align
+            The subfile size's required multiple.
+
+        Returns
+        -------
+        Layout
         """
         if n_subfiles < 1 or n_pieces < 1 or subfile_align < 1:
             raise ConfigurationError("n_subfiles, n_pieces and subfile_align must all be >= 1")
@@ -193,7 +238,17 @@ class Layout:
         return self.n_subfiles * self.n_pieces
 
     def pad(self, data: bytes | bytearray | memoryview) -> np.ndarray:
-        """``data`` zero-padded to ``unit_size`` as a fresh uint8 array."""
+        """``data`` zero-padded to ``unit_size`` as a fresh uint8 array.
+
+        Parameters
+        ----------
+        data
+            A unit's bytes.
+
+        Returns
+        -------
+        np.ndarray
+        """
         if len(data) > self.unit_size:
             raise InputError(f"a unit of {len(data)} bytes exceeds the layout's {self.unit_size}")
         out = np.zeros(self.unit_size, dtype=np.uint8)
@@ -201,6 +256,16 @@ class Layout:
         return out
 
     def padding_overhead(self, manifest: UnitManifest) -> float:
-        """Padded bytes over true bytes, minus one (0.0 when no unit is padded)."""
+        """Padded bytes over true bytes, minus one (0.0 when no unit is padded).
+
+        Parameters
+        ----------
+        manifest
+            The units.
+
+        Returns
+        -------
+        float
+        """
         true = sum(s.length for s in manifest)
         return len(manifest) * self.unit_size / true - 1.0 if true else 0.0

@@ -284,7 +284,17 @@ class ShuffleJob:
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> ShuffleJob:
-        """Parse a job (RemoteProtocolError if malformed or invalid)."""
+        """Parse a job (RemoteProtocolError if malformed or invalid).
+
+        Parameters
+        ----------
+        d
+            The job as JSON (a mapping).
+
+        Returns
+        -------
+        ShuffleJob
+        """
         try:
             storage = d["storage"]
             if storage is not None and not isinstance(storage, (int, float)):

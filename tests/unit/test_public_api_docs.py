@@ -84,3 +84,41 @@ def test_every_export_is_documented() -> None:
     problems = _problems()
     if problems:
         pytest.fail(f"{len(problems)} undocumented exports:\n" + "\n".join(problems))
+
+
+def _undocumented_parameters() -> list[str]:
+    """Public functions and methods (names without a leading underscore, in public classes)
+    of the product's modules that take parameters but whose docstring has no Parameters
+    section (properties and setters aside)."""
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    out: list[str] = []
+
+    def visit(node: ast.AST, path: Path, owner: str, private: bool) -> None:
+        for ch in ast.iter_child_nodes(node):
+            if isinstance(ch, ast.ClassDef):
+                visit(ch, path, f"{ch.name}.", private or ch.name.startswith("_"))
+            elif isinstance(ch, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                if private or ch.name.startswith("_"):
+                    continue
+                deco = {getattr(d, "id", getattr(d, "attr", "")) for d in ch.decorator_list}
+                if deco & {"property", "setter", "overload"}:
+                    continue
+                a = ch.args
+                params = [x.arg for x in (*a.posonlyargs, *a.args, *a.kwonlyargs)]
+                params += [x.arg for x in (a.vararg, a.kwarg) if x is not None]
+                params = [p for p in params if p not in ("self", "cls")]
+                if params and "Parameters" not in (ast.get_docstring(ch) or ""):
+                    out.append(f"{path.relative_to(root)}:{ch.lineno} {owner}{ch.name}")
+
+    for pkg in ("coded_fl", "strategies", "clients", "coded_fl_flower"):
+        for path in sorted((root / pkg).rglob("*.py")):
+            visit(ast.parse(path.read_text()), path, "", False)
+    return out
+
+
+def test_every_public_function_documents_its_parameters() -> None:
+    missing = _undocumented_parameters()
+    assert not missing, f"{len(missing)} without a Parameters section:\n" + "\n".join(missing)
