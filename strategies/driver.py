@@ -38,9 +38,10 @@ from flwr.serverapp.strategy import Result
 from coded_fl.errors import ConfigurationError, DecodingError, RunAbortedError
 from coded_fl.layout import flatten
 from coded_fl.secagg import RoundAborted, RoundResult
-from coded_fl.secagg.driver import ProtocolDriver, Reply, Waits
+from coded_fl.secagg.driver import ProtocolDriver
 from coded_fl.secagg.messages import Message as ProtocolMessage
 from coded_fl.secagg.messages import Upload
+from coded_fl.secagg.transport import Reply, Waits
 from coded_fl.vocabulary import (
     CLIP_WIDENING,
     MSG_KEY,

@@ -9,7 +9,8 @@ import logging
 from flwr.serverapp import Grid
 
 from coded_fl.errors import ConfigurationError
-from coded_fl.secagg.driver import KeyExchangeError, ProtocolDriver, Waits
+from coded_fl.secagg.driver import KeyExchangeError, ProtocolDriver
+from coded_fl.secagg.transport import Waits
 
 from .run import RunState
 

@@ -15,9 +15,10 @@ from collections.abc import Callable, Sequence
 from flwr.app import Message, MessageType, RecordDict
 
 from coded_fl.errors import CodedFLError, RemoteProtocolError
-from coded_fl.secagg.driver import Batch, Reply, take_late
 from coded_fl.secagg.messages import Limits, Refusal, Upload
 from coded_fl.secagg.messages import Message as ProtocolMessage
+from coded_fl.secagg.replies import take_late
+from coded_fl.secagg.transport import Batch, Reply
 from coded_fl.vocabulary import MSG_KEY
 
 from .exchange import Exchange, LateReply

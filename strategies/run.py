@@ -16,7 +16,7 @@ from flwr.serverapp.strategy import Strategy
 
 from coded_fl.layout import UpdateLayout
 from coded_fl.secagg import ProtocolConfig, ServerMachine
-from coded_fl.secagg.driver import SiloNotes
+from coded_fl.secagg.replies import SiloNotes
 from coded_fl.vocabulary import MAX_DELTA_SCALE, TrainSpec
 
 from .report import RoundReport

@@ -1,73 +1,37 @@
 """The one place that orders the server machine's calls: key exchanges and rounds, over any
-transport.
+transport (``docs/architecture.md``).
 
-:class:`~coded_fl.secagg.server.ServerMachine` is sans-IO: it says what to send and takes what
-comes, but a caller must call it in the protocol's order (keys, train requests, the close at the
-first max(n - s, U) uploads, recovery, disputes, retries, decode). :class:`ProtocolDriver` is
-that order, written once. It reaches the silos through a small :class:`Transport`:
-
-- ``send(requests, stage=, round_=)`` pushes one stage's requests and returns a :class:`Batch`;
-- ``collect(batch, expect, on_reply, deadline=)`` hands each reply, decoded into a
-  :class:`Reply`, to ``on_reply`` until it returns True or the deadline passes;
-- ``now()`` is the transport's clock (wall time, or a virtual clock).
-
-Three transports use it: Flower's Grid (``strategies.driver``), the in-memory switchboard of
-``simulations.runtime.secagg_harness`` (virtual delays, misbehaving silos) and, through that
-harness, the cost model of ``simulations.stragglers.costs``. What a deployment adds around a
-round (which model to send, reruns for the weight bound or the clip range, evaluation) stays
-with the caller; how the protocol's messages flow does not.
-
-Refusals are protocol signals and are acted on here (:func:`take`): ``NEEDS_KEYS`` marks a
-silo for a rekey, ``MISCONFIGURED`` / ``UNTRUSTED_KEY`` a setting that no wait can fix,
-``WEIGHT_BOUND`` the bound a silo asked for, ``ACCUSES`` an accusation the evidence stage
-judges. They are kept in :class:`SiloNotes`, which the caller reads between rounds.
+:class:`~coded_fl.secagg.server.ServerMachine` is sans-IO, but must be called in the protocol's
+order: keys; train requests; the close at the first max(n - s, U) uploads; recovery, disputes
+and retries; the decode. :class:`ProtocolDriver` is that order, written once. It reaches the
+silos through a :class:`~coded_fl.secagg.transport.Transport` (``send``, ``collect``, ``now``:
+Flower's Grid in ``strategies``, the in-memory switchboard of
+``simulations.runtime.secagg_harness``, which the cost model of
+``simulations.stragglers.costs`` runs too) and hands each reply to
+:func:`~coded_fl.secagg.replies.take`, which acts on typed refusals and notes them in
+:class:`~coded_fl.secagg.replies.SiloNotes` for the caller. What a deployment wraps around a
+round (the model to send, reruns for the weight bound or the clip range, evaluation) stays with
+the caller.
 """
 
 from __future__ import annotations
 
 import logging
-import math
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
-from coded_fl.errors import CodedFLError, DecodingError, RemoteProtocolError
-from coded_fl.secagg.messages import (
-    KeyReply,
-    Message,
-    RecoveryReply,
-    Refusal,
-    RefusalCode,
-    Reveal,
-    Upload,
-)
-from coded_fl.secagg.server import RoundAborted, RoundResult, ServerMachine, ServerStage
+from coded_fl.errors import CodedFLError, DecodingError
+from coded_fl.secagg.messages import Refusal, Upload
+from coded_fl.secagg.replies import SiloNotes, take, take_late
+from coded_fl.secagg.server import RoundAborted, RoundResult, ServerMachine
+from coded_fl.secagg.transport import EXPECT, Reply, Transport, Waits
 
-__all__ = [
-    "Batch",
-    "KeyExchange",
-    "KeyExchangeError",
-    "ProtocolDriver",
-    "Reply",
-    "RoundRun",
-    "SiloNotes",
-    "Transport",
-    "Waits",
-    "take",
-    "take_late",
-]
+__all__ = ["KeyExchange", "KeyExchangeError", "ProtocolDriver", "RoundRun"]
 
 LOG = logging.getLogger("coded_fl")
-
-#: The message type each stage's replies must have (besides a :class:`Refusal`).
-EXPECT: dict[str, type[Message]] = {
-    "keys": KeyReply,
-    "train": Upload,
-    "recovery": RecoveryReply,
-    "reveal": Reveal,
-}
 
 #: The step a received message is timed under (:attr:`ProtocolDriver.on_step`).
 _RECEIVE_STEP = {
@@ -76,139 +40,6 @@ _RECEIVE_STEP = {
     "recovery": "server_recovery",
     "reveal": "server_reveal",
 }
-
-
-@dataclass(frozen=True)
-class Reply:
-    """One silo's answer to a request, as the transport read it.
-
-    Parameters
-    ----------
-    silo
-        The silo the reply came from (by the node it was sent to, not by what it claims).
-    message
-        The decoded protocol message (the stage's type or a :class:`Refusal`); None when the
-        reply could not be read.
-    error
-        Why there is no message: the transport's failure (e.g. the silo's app raised) or why
-        the bytes were refused.
-    unreadable
-        True when bytes came but were refused (logged as a refused reply); False for a
-        transport failure.
-    meta
-        Whatever the transport wants back with the reply once the machine took it (e.g. the
-        names of an upload's metrics); the driver does not read it.
-    """
-
-    silo: int
-    message: Message | None = None
-    error: str = ""
-    unreadable: bool = False
-    meta: Any = None
-
-
-@dataclass(frozen=True)
-class Batch:
-    """The requests of one stage, as sent: the silos they reached and the transport's handle."""
-
-    stage: str
-    round: int
-    silos: tuple[int, ...]
-    handle: Any = None
-
-
-class Transport(Protocol):
-    """How the driver reaches the silos (see the module docstring)."""
-
-    def send(self, requests: Sequence[Message], *, stage: str, round_: int) -> Batch:
-        """Push one stage's requests.
-
-        Parameters
-        ----------
-        requests
-            One stage's protocol requests.
-        stage
-            keys, train, recovery or reveal.
-        round_
-            The round the transport files the messages under.
-
-        Returns
-        -------
-        Batch
-            The silos reached and the transport's handle.
-        """
-        ...
-
-    def collect(
-        self,
-        batch: Batch,
-        expect: tuple[type[Message], ...],
-        on_reply: Callable[[Reply], bool],
-        *,
-        deadline: Callable[[], float],
-    ) -> None:
-        """Hand replies to ``on_reply`` until it returns True, every reply came, or ``now()``
-        passes ``deadline()``. A body whose type is not in ``expect`` need not be decoded.
-
-        Parameters
-        ----------
-        batch
-            What send returned.
-        expect
-            The message types the stage takes (besides a Refusal).
-        on_reply
-            Takes each reply as it comes; True: the stage is done.
-        deadline
-            The time (on now's clock) to stop at; asked again after every reply.
-        """
-        ...
-
-    def now(self) -> float:
-        """The transport's clock, in seconds (deadlines are on it)."""
-        ...
-
-
-@dataclass(frozen=True)
-class Waits:
-    """How long each stage may wait, in seconds of the transport's clock.
-
-    Parameters
-    ----------
-    round
-        From the train requests to the close of the collection.
-    recovery
-        From the recovery requests to the decode (the evidence stage included).
-    extra
-        After max(n - s, U) uploads (or U recovery replies): how long to wait for the extra
-        replies the configuration asks for (``extra_replies``).
-    keys
-        A key exchange.
-    """
-
-    round: float = math.inf
-    recovery: float = math.inf
-    extra: float = math.inf
-    keys: float = math.inf
-
-
-@dataclass
-class SiloNotes:
-    """What the silos' refusals said, for the caller to act on between rounds.
-
-    Attributes
-    ----------
-    needs_keys
-        Silos that refused with ``NEEDS_KEYS``: rekey them before the next round.
-    misconfigured
-        Silo -> detail, for silos that refused because of a setting (the caller clears it
-        before each round it starts).
-    weight_refused
-        Silo -> the weight bound it asked for in the current round (``WEIGHT_BOUND``).
-    """
-
-    needs_keys: set[int] = field(default_factory=set)
-    misconfigured: dict[int, str] = field(default_factory=dict)
-    weight_refused: dict[int, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -227,8 +58,6 @@ class RoundRun:
         Silo -> why one of its replies was not taken (the last one).
     accused
         Accused silo -> the accusation, then the verdict on it.
-    late
-        (silo, why) of late replies the machine refused (:meth:`ProtocolDriver.take_late`).
     """
 
     result: RoundResult | RoundAborted | None = None
@@ -236,7 +65,6 @@ class RoundRun:
     close_seconds: float = 0.0
     errors: dict[int, str] = field(default_factory=dict)
     accused: dict[int, str] = field(default_factory=dict)
-    late: list[tuple[int, str]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -277,153 +105,6 @@ class KeyExchangeError(DecodingError):
     ) -> None:
         super().__init__(why)
         self.asked, self.keyed, self.errors = asked, keyed, errors
-
-
-def take(
-    machine: ServerMachine,
-    notes: SiloNotes,
-    reply: Reply,
-    expect: type[Message],
-    errors: dict[int, str],
-    accused: dict[int, str] | None = None,
-    *,
-    log: logging.Logger = LOG,
-) -> bool:
-    """Hand one in-time reply to the machine, act on a typed refusal, or record why not.
-
-    Every failure (a transport error, bytes that do not decode, a message of another type or
-    from another silo, one the machine refuses) is that silo's failure for the stage, recorded
-    in ``errors``; it never stops the round.
-
-    Parameters
-    ----------
-    machine
-        The server machine.
-    notes
-        Where refusals are noted.
-    reply
-        The reply, as the transport read it.
-    expect
-        The message type the stage takes (:data:`EXPECT`).
-    errors
-        Silo -> why, filled on failure.
-    accused
-        Accused silo -> accusation, filled from ``ACCUSES`` refusals (recovery stage).
-    log
-        Where refused replies and accusations are logged.
-
-    Returns
-    -------
-    bool
-        True when the machine took the message.
-    """
-    silo, msg = reply.silo, reply.message
-    if msg is None:
-        errors[silo] = reply.error or "no readable reply"
-        if reply.unreadable:
-            log.warning("[coded-fl] refused a reply from silo %d: %s", silo, errors[silo])
-        return False
-    try:
-        if not isinstance(msg, (expect, Refusal)):
-            raise RemoteProtocolError(
-                f"sent {type(msg).__name__} where {expect.__name__} was expected", sender=silo
-            )
-        if msg.sender != silo:
-            raise RemoteProtocolError(
-                f"sent {type(msg).__name__} as silo {msg.sender}", sender=silo
-            )
-        if isinstance(msg, Refusal):
-            _refused(machine, notes, msg, errors, accused, log)
-            return False
-        machine.receive(msg)
-        return True
-    except CodedFLError as exc:
-        errors[silo] = str(exc)
-        log.warning("[coded-fl] refused a reply from silo %d: %s", silo, exc)
-        return False
-
-
-def _refused(
-    machine: ServerMachine,
-    notes: SiloNotes,
-    msg: Refusal,
-    errors: dict[int, str],
-    accused: dict[int, str] | None,
-    log: logging.Logger,
-) -> None:
-    """Act on a typed refusal: rekey a silo without keys, note a setting or a weight bound
-    that stops the round, note an accusation."""
-    silo = msg.sender
-    if msg.digest != machine.config.digest:
-        raise RemoteProtocolError("refusal of a message of another session", sender=silo)
-    errors[silo] = msg.detail or msg.code.label
-    if msg.code == RefusalCode.NEEDS_KEYS:
-        notes.needs_keys.add(silo)
-    elif msg.code in (RefusalCode.MISCONFIGURED, RefusalCode.UNTRUSTED_KEY):
-        # an untrusted key is a setting too (the trusted keys or an identity): it cannot
-        # succeed later, and a round that too many silos refuse so stops the run
-        notes.misconfigured[silo] = errors[silo]
-        if msg.code == RefusalCode.UNTRUSTED_KEY:
-            log.warning("[coded-fl] silo %d refuses a relayed key: %s", silo, errors[silo])
-    elif msg.code == RefusalCode.WEIGHT_BOUND:
-        notes.weight_refused[silo] = int(msg.bound)
-    elif (
-        msg.code == RefusalCode.ACCUSES
-        and accused is not None
-        and msg.accused is not None
-        and msg.accused != silo
-        and 0 <= msg.accused < machine.config.n
-    ):
-        accused[msg.accused] = (
-            f"silo {silo} reports that the mask share silo {msg.accused} sent for it failed "
-            "authentication or key confirmation (altered in transit or by its sender, or a "
-            "false accusation: the evidence decides)"
-        )
-        log.warning("[coded-fl] silo %d accuses silo %d", silo, msg.accused)
-    if accused is not None and machine.stage == ServerStage.RECOVERING:
-        # the machine counts the refusal (it cannot answer) and opens a dispute over the
-        # accused share, judged on the evidence (ServerMachine.reveal_requests); a silo proven
-        # lying, or accused by max(T + 1, 2) survivors, is dropped from S (retry_recovery)
-        try:
-            machine.receive(msg)
-        except RemoteProtocolError as exc:
-            log.warning("[coded-fl] ignored a refusal from silo %d: %s", silo, exc)
-
-
-def take_late(machine: ServerMachine, notes: SiloNotes, reply: Reply) -> str | None:
-    """A reply that came after its stage closed. A late upload still goes to the machine (with
-    group-aligned masks it confirms and deals edge keys; the machine refuses its masked vector),
-    a late ``NEEDS_KEYS`` refusal marks its silo for a rekey; anything else changes nothing.
-
-    Parameters
-    ----------
-    machine
-        The server machine.
-    notes
-        Where a late ``NEEDS_KEYS`` is noted.
-    reply
-        The late reply.
-
-    Returns
-    -------
-    str | None
-        Why the machine refused a late upload (None: taken, or not an upload).
-    """
-    msg = reply.message
-    if isinstance(msg, Upload) and msg.sender == reply.silo:
-        try:
-            machine.receive(msg)
-        except CodedFLError as exc:
-            return str(exc)
-        return None
-    if (
-        isinstance(msg, Refusal)
-        and msg.sender == reply.silo
-        and msg.code == RefusalCode.NEEDS_KEYS
-        and msg.digest == machine.config.digest
-    ):
-        notes.needs_keys.add(reply.silo)
-    return None
 
 
 class ProtocolDriver:
@@ -513,7 +194,7 @@ class ProtocolDriver:
 
     # ------------------------------------------------------------------ keys
     def key_exchange(
-        self, silos: Sequence[int] | None = None, *, round_: int = 0, waits: Waits = Waits()
+        self, silos: Sequence[int] | None = None, *, round_: int = 0, waits: Waits | None = None
     ) -> KeyExchange:
         """Ask ``silos`` (default: all) for their public keys and fix the roster.
 
@@ -524,7 +205,7 @@ class ProtocolDriver:
         round_
             The round the exchange comes after (for the transport's bookkeeping).
         waits
-            ``waits.keys`` bounds the exchange.
+            ``waits.keys`` bounds the exchange (default: no bound).
 
         Returns
         -------
@@ -540,7 +221,7 @@ class ProtocolDriver:
         requests = self._step("server_keys", lambda: machine.start_key_exchange(silos))
         asked = tuple(q.recipient for q in requests)
         batch = tr.send(requests, stage="keys", round_=round_)
-        end = tr.now() + waits.keys
+        end = tr.now() + (waits or Waits()).keys
 
         def on_reply(reply: Reply) -> bool:
             self._take("keys", reply, errors)
@@ -562,7 +243,7 @@ class ProtocolDriver:
         number: int,
         *,
         inputs: bytes = b"",
-        waits: Waits = Waits(),
+        waits: Waits | None = None,
         skip: frozenset[int] | set[int] = frozenset(),
         label: int | None = None,
     ) -> RoundRun:
@@ -578,7 +259,7 @@ class ProtocolDriver:
         inputs
             The digest of what every silo trains on (bound into the masks).
         waits
-            The stages' deadlines.
+            The stages' deadlines (default: none).
         skip
             Silos not worth waiting for (e.g. silent through the last two rounds): still asked,
             but the round closes without waiting for them once it may.
@@ -591,6 +272,7 @@ class ProtocolDriver:
         RoundRun
         """
         machine, tr, notes = self.machine, self.transport, self.notes
+        waits = waits or Waits()
         run = RoundRun()
         notes.weight_refused.clear()
         t0 = tr.now()

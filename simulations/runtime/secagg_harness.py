@@ -29,7 +29,7 @@ import torch
 from coded_fl.errors import CodedFLError, RemoteProtocolError
 from coded_fl.secagg.client import ClientMachine, refusal_for
 from coded_fl.secagg.config import ProtocolConfig
-from coded_fl.secagg.driver import Batch, KeyExchangeError, ProtocolDriver, Reply, Waits
+from coded_fl.secagg.driver import KeyExchangeError, ProtocolDriver
 from coded_fl.secagg.messages import (
     KeyRequest,
     Message,
@@ -43,6 +43,7 @@ from coded_fl.secagg.messages import (
 )
 from coded_fl.secagg.policy import ClientPolicy
 from coded_fl.secagg.server import RoundAborted, RoundResult, ServerMachine
+from coded_fl.secagg.transport import Batch, Reply, Waits
 
 __all__ = ["Harness", "RoundOutcome", "Silo", "deterministic_entropy", "gaussian_partials"]
 

@@ -24,7 +24,6 @@ from clients.mod import _limits
 from coded_fl.layout import EXTRAS, UpdateLayout
 from coded_fl.secagg import ProtocolConfig, RoundResult, ServerMachine
 from coded_fl.secagg.client import ClientMachine
-from coded_fl.secagg.driver import take
 from coded_fl.secagg.identity import Identity, TrustRoster
 from coded_fl.secagg.messages import (
     SERVER,
@@ -38,6 +37,7 @@ from coded_fl.secagg.messages import (
     decode,
     encode,
 )
+from coded_fl.secagg.replies import take
 from simulations.runtime.secagg_harness import Harness
 from strategies.replies import read_reply
 from strategies.run import RunState

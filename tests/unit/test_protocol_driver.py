@@ -1,6 +1,7 @@
-"""The one protocol driver (:mod:`coded_fl.secagg.driver`): it alone orders the server
-machine's calls, and every runtime (Flower, the in-memory harness, the cost model) goes
-through it; its closing rules run on the transport's clock."""
+"""The one protocol driver (:mod:`coded_fl.secagg.driver`, with its transport and reply
+handling): it alone orders the server machine's calls, every runtime (Flower, the in-memory
+harness, the cost model) goes through it, and its closing rules run on the transport's
+clock."""
 
 from __future__ import annotations
 
@@ -11,8 +12,9 @@ import pytest
 import torch
 
 from coded_fl.secagg import ProtocolConfig, RoundResult
-from coded_fl.secagg.driver import Reply, SiloNotes, Waits, take
 from coded_fl.secagg.messages import SERVER, Refusal, RefusalCode, Upload
+from coded_fl.secagg.replies import SiloNotes, take
+from coded_fl.secagg.transport import Reply, Waits
 from simulations.runtime.secagg_harness import Harness, Silo
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -54,8 +56,9 @@ def test_only_the_protocol_driver_orders_the_server_machine():
     assert callers == {"coded_fl/secagg/driver.py": ORDERING}, callers
 
 
-def test_the_core_driver_knows_nothing_of_flower():
-    tree = ast.parse((ROOT / "coded_fl/secagg/driver.py").read_text())
+@pytest.mark.parametrize("module", ["driver", "transport", "replies"])
+def test_the_core_driver_knows_nothing_of_flower(module: str):
+    tree = ast.parse((ROOT / f"coded_fl/secagg/{module}.py").read_text())
     imported = {
         (n.module or "") if isinstance(n, ast.ImportFrom) else a.name
         for n in ast.walk(tree)
