@@ -738,7 +738,6 @@ class CodedSecAgg(Strategy):
             max_delta_scale=self.max_delta_scale,
             strategy=self.strategy,
             spec=self.spec,
-            extra_replies=self.extra_replies,
             extra_wait=self.extra_wait,
             round_timeout=self.round_timeout,
             recovery_timeout=self.recovery_timeout,

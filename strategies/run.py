@@ -34,8 +34,8 @@ class RunSettings:
         The wrapped Flower strategy.
     spec
         What the silos read from the train replies (:class:`coded_fl.vocabulary.TrainSpec`).
-    extra_replies, extra_wait
-        Uploads to wait for beyond n - s, and for how long.
+    extra_wait
+        How long to wait for the configuration's extra uploads beyond n - s.
     round_timeout, recovery_timeout, key_timeout, evaluate_timeout
         Stage deadlines in seconds.
     poll_interval
@@ -56,7 +56,6 @@ class RunSettings:
 
     strategy: Strategy
     spec: TrainSpec
-    extra_replies: int
     extra_wait: float
     round_timeout: float
     recovery_timeout: float
