@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from coded_fl.errors import CodedFLError, DecodingError
-from coded_fl.secagg.messages import Refusal, Upload
-from coded_fl.secagg.replies import SiloNotes, take, take_late
+from coded_fl.secagg.messages import Refusal
+from coded_fl.secagg.replies import SiloNotes, take
 from coded_fl.secagg.server import RoundAborted, RoundResult, ServerMachine
 from coded_fl.secagg.transport import EXPECT, Reply, Transport, Waits
 
@@ -155,13 +155,31 @@ class ProtocolDriver:
         finally:
             self.on_step(name, time.thread_time() - t0)
 
-    def _take(
+    def take_reply(
         self,
         stage: str,
         reply: Reply,
         errors: dict[int, str],
         accused: dict[int, str] | None = None,
     ) -> bool:
+        """An in-time reply of ``stage`` (see :func:`~coded_fl.secagg.replies.take`), timed.
+
+        Parameters
+        ----------
+        stage
+            ``keys``, ``train``, ``recovery`` or ``reveal``.
+        reply
+            The reply, as the transport read it.
+        errors
+            Silo -> why, filled on failure.
+        accused
+            Accused silo -> accusation (recovery stage).
+
+        Returns
+        -------
+        bool
+            True when the machine took the message.
+        """
         taken: bool = self._step(
             _RECEIVE_STEP[stage],
             lambda: take(
@@ -171,26 +189,6 @@ class ProtocolDriver:
         if taken and self.on_taken is not None:
             self.on_taken(reply)
         return taken
-
-    def take_late(self, reply: Reply) -> str | None:
-        """A reply that came after its stage closed (see :func:`take_late`).
-
-        Parameters
-        ----------
-        reply
-            The late reply.
-
-        Returns
-        -------
-        str | None
-            Why a late upload was refused, if it was.
-        """
-        why = take_late(self.machine, self.notes, reply)
-        msg = reply.message
-        taken = why is None and isinstance(msg, Upload) and msg.sender == reply.silo
-        if taken and self.on_taken is not None:
-            self.on_taken(reply)
-        return why
 
     # ------------------------------------------------------------------ keys
     def key_exchange(
@@ -224,7 +222,7 @@ class ProtocolDriver:
         end = tr.now() + (waits or Waits()).keys
 
         def on_reply(reply: Reply) -> bool:
-            self._take("keys", reply, errors)
+            self.take_reply("keys", reply, errors)
             return len(errors) + machine.keys_received >= len(batch.silos)
 
         tr.collect(batch, (EXPECT["keys"], Refusal), on_reply, deadline=lambda: end)
@@ -287,7 +285,7 @@ class ProtocolDriver:
         extra_replies = machine.config.extra_replies
 
         def on_upload(reply: Reply) -> bool:
-            self._take("train", reply, run.errors)
+            self.take_reply("train", reply, run.errors)
             answered.add(reply.silo)
             if machine.uploads_complete or (machine.uploads_ready and awaited <= answered):
                 return True
@@ -327,7 +325,7 @@ class ProtocolDriver:
         check_until: list[float] = []  # replies beyond U are checked: wait a little for them
 
         def on_recovery(reply: Reply) -> bool:
-            self._take("recovery", reply, run.errors, run.accused)
+            self.take_reply("recovery", reply, run.errors, run.accused)
             if machine.recovery_complete or machine.recovery_stuck:
                 return True
             if machine.recovery_ready and not check_until:
@@ -371,7 +369,7 @@ class ProtocolDriver:
             waiting = Counter(batch.silos)  # requests per accused silo
 
             def on_reveal(reply: Reply) -> bool:
-                self._take("reveal", reply, run.errors)
+                self.take_reply("reveal", reply, run.errors)
                 waiting[reply.silo] -= 1
                 return machine.disputes_settled or all(v <= 0 for v in waiting.values())
 

@@ -42,6 +42,7 @@ from coded_fl.secagg.messages import (
     encode,
 )
 from coded_fl.secagg.policy import ClientPolicy
+from coded_fl.secagg.replies import take_late
 from coded_fl.secagg.server import RoundAborted, RoundResult, ServerMachine
 from coded_fl.secagg.transport import Batch, Reply, Waits
 
@@ -206,13 +207,13 @@ class Harness:
         out = self._out = RoundOutcome(RoundAborted(number, "not run"))
         board = _Switchboard(self, behaviour or {}, number)
         driver = self._driver(board)
-        run = driver.run_round(number, waits=waits or Waits())
+        run = driver.run_round(number, waits=waits)
         if run.result is None:  # pragma: no cover - the driver always decides
             raise RuntimeError("round produced no outcome")
         out.result = run.result
         out.refused.extend(sorted(run.errors.items()))
         for reply in board.late:
-            why = driver.take_late(reply)
+            why = take_late(self.server, driver.notes, reply)
             if why is not None:
                 out.refused.append((reply.silo, why))
         out.server_seconds = sum(sum(v) for k, v in out.steps.items() if k.startswith("server_"))
@@ -240,7 +241,7 @@ class Harness:
         driver = self._driver(board)
         errors: dict[int, str] = {}
         for reply in board.send(requests, stage="recovery", round_=board.round).handle:
-            driver._take("recovery", board.read(reply), errors, {})
+            driver.take_reply("recovery", board.read(reply), errors, {})
         refused.extend(sorted(errors.items()))
 
     def expected_total(self, number: int) -> torch.Tensor:
