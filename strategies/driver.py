@@ -40,8 +40,7 @@ from coded_fl.layout import flatten
 from coded_fl.secagg import RoundAborted, RoundResult
 from coded_fl.secagg.driver import ProtocolDriver
 from coded_fl.secagg.messages import Message as ProtocolMessage
-from coded_fl.secagg.messages import Upload
-from coded_fl.secagg.transport import Reply, Waits
+from coded_fl.secagg.transport import Waits
 from coded_fl.vocabulary import (
     CLIP_WIDENING,
     MSG_KEY,
@@ -106,14 +105,10 @@ class RoundDriver:
         )
         self.transport = FlowerTransport(self.exchange, state)
         self.protocol = ProtocolDriver(
-            state.machine, self.transport, notes=state.notes, log=LOG, on_taken=self._taken
+            state.machine, self.transport, notes=state.notes, log=LOG, on_taken=state.taken
         )
         self.membership = Membership(grid, state, self.protocol, key_timeout=settings.key_timeout)
         self._said_dropped = False  # metrics beyond the slots: said once per run
-
-    def _taken(self, reply: Reply) -> None:
-        if isinstance(reply.message, Upload):  # the names of the metrics in its slots
-            self.state.metric_names[reply.silo] = reply.meta
 
     # ------------------------------------------------------------------ the run
     def run(

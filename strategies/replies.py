@@ -210,5 +210,4 @@ def late_reply(state: RunState, late: LateReply, reply: Message) -> None:
     got = read_reply(state, silo, reply, expect)
     taken = take_late(state.machine, state.notes, got) is None
     if taken and isinstance(got.message, Upload) and got.message.sender == silo:
-        # taken (it came before the stage's close was processed): it is in the sum
-        state.metric_names[silo] = got.meta
+        state.taken(got)  # it came before the stage's close was processed: it is in the sum

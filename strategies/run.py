@@ -16,7 +16,9 @@ from flwr.serverapp.strategy import Strategy
 
 from coded_fl.layout import UpdateLayout
 from coded_fl.secagg import ProtocolConfig, ServerMachine
+from coded_fl.secagg.messages import Upload
 from coded_fl.secagg.replies import SiloNotes
+from coded_fl.secagg.transport import Reply
 from coded_fl.vocabulary import MAX_DELTA_SCALE, TrainSpec
 
 from .report import RoundReport
@@ -160,6 +162,18 @@ class RunState:
         """Silo -> the weight bound it asked for in the current round."""
         return self.notes.weight_refused
 
+    def taken(self, reply: Reply) -> None:
+        """A reply the machine took: an upload's metric names (names only, read by the Flower
+        transport) label the round's decoded metric slots.
+
+        Parameters
+        ----------
+        reply
+            The reply, as :func:`strategies.replies.read_reply` read it.
+        """
+        if isinstance(reply.message, Upload):
+            self.metric_names[reply.silo] = reply.meta
+
     def wait(self, seconds: float) -> float:
         """``seconds``, capped by the run's :attr:`limit`.
 
@@ -186,4 +200,4 @@ class RunState:
         -------
         float
         """
-        return time.monotonic() + min(seconds, self.limit)
+        return time.monotonic() + self.wait(seconds)

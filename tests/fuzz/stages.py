@@ -249,10 +249,8 @@ def feed(
     protocol driver handles it: read by the Flower transport, taken by the driver (the run's
     metric names kept for a taken upload)."""
     got = read_reply(state, silo, reply, (kind, Refusal))
-    if take(state.machine, state.notes, got, kind, errors, accused) and isinstance(
-        got.message, Upload
-    ):
-        state.metric_names[silo] = got.meta
+    if take(state.machine, state.notes, got, kind, errors, accused):
+        state.taken(got)
 
 
 def server_snapshot(state: RunState) -> tuple:
