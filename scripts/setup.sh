@@ -88,7 +88,16 @@ PY
 fi
 
 echo "setup: installing coded-fl and its dependencies"
-"$py" -m pip install -q -e ".[test]"
+# with uv (Flower itself depends on it, so it adds nothing to the environment): 7 s here against
+# pip's 2 minutes for the same set; pip when uv cannot be had or cannot reach an index (uv reads
+# no pip.conf: a pip-only mirror), or when CODED_FL_INSTALLER=pip
+if [[ "${CODED_FL_INSTALLER:-uv}" == "uv" ]] && "$py" -m pip install -q "uv>=0.5" \
+  && "$py" -m uv pip install --python "$py" -q -e ".[test]"; then
+  :
+else
+  echo "setup: installing with pip"
+  "$py" -m pip install -q -e ".[test]"
+fi
 "$py" -c 'import coded_fl, torch, flwr, galois, numba, cryptography; print("setup: ok (torch", torch.__version__, "| flwr", flwr.__version__, "| python", __import__("sys").version.split()[0] + ")")'
 echo "$want" > "$stamp"
 fill_kernel_cache
