@@ -37,8 +37,8 @@ from flwr.clientapp.typing import ClientAppCallable
 
 from coded_fl.errors import CodedFLError, ConfigurationError
 from coded_fl.shuffling.partitions import own_units, pack_examples, unpack_examples
-from coded_fl.shuffling.store import UnitStore
-from coded_fl.shuffling.units import UnitSpec, digest
+from coded_fl.shuffling.plan.units import UnitSpec, digest
+from coded_fl.shuffling.storage.store import UnitStore
 from coded_fl.vocabulary import (
     DATA_STORE_NODE_KEY,
     PARTITION_UNITS_ENTRY,

@@ -19,7 +19,8 @@ Node config (``--node-config`` of a SuperNode; nothing is needed in a simulation
     node that holds every unit in the centralized setting; member K). Default: the simulation's
     ``partition-id`` (partition K is then the central sender).
 ``codedfl.store``
-    Directory of the node's unit store (:class:`~coded_fl.shuffling.store.UnitStore`). Default:
+    Directory of the node's unit store (:class:`~coded_fl.shuffling.storage.store.UnitStore`).
+    Default:
     ``<store_root>/member-<id>`` when the app was built with a ``store_root``, else a directory
     under the system's temporary directory named by run and member (simulation).
 ``codedfl.org-key-file``
@@ -28,8 +29,8 @@ Node config (``--node-config`` of a SuperNode; nothing is needed in a simulation
     the epoch is vouched for by the organisation, so even a relay that deviates cannot obtain
     the group key (``docs/shuffling.md``).
 
-State: the member's protocol state (:class:`~coded_fl.shuffling.member.ShuffleMember`, keys
-included) is kept sealed (AES-256-GCM) in the file ``member.state`` of its store's directory;
+State: the member's protocol state (:class:`~coded_fl.shuffling.transport.member.ShuffleMember`,
+keys included) is kept sealed (AES-256-GCM) in the file ``member.state`` of its store's directory;
 the key that opens it (32 random bytes, made at the node's first shuffle message) and the
 store's path live in ``context.state["codedfl.shuffle.state"]``, never on disk and never sent.
 Keeping the machine out of the context matters in Flower's simulation engine, where two messages
@@ -55,9 +56,9 @@ from flwr.clientapp import ClientApp
 from flwr.clientapp.typing import ClientAppCallable, Mod
 
 from coded_fl.errors import CodedFLError, ConfigurationError, RemoteProtocolError
-from coded_fl.shuffling.member import ShuffleMember
-from coded_fl.shuffling.store import UnitStore
-from coded_fl.shuffling.wire import Hello, Packet, decode, encode
+from coded_fl.shuffling.storage.store import UnitStore
+from coded_fl.shuffling.transport.member import ShuffleMember
+from coded_fl.shuffling.transport.wire import Hello, Packet, decode, encode
 from coded_fl.vocabulary import (
     FRAME_ARRAY,
     ORG_KEY_FILE_NODE_KEY,

@@ -63,9 +63,9 @@ from coded_fl.shuffling.partitions import (
     swap_partners,
     swapped_partitions,
 )
-from coded_fl.shuffling.results import ShuffleResult
-from coded_fl.shuffling.routing import suspect_senders
-from coded_fl.shuffling.wire import ShuffleJob
+from coded_fl.shuffling.transport.results import ShuffleResult
+from coded_fl.shuffling.transport.routing import suspect_senders
+from coded_fl.shuffling.transport.wire import ShuffleJob
 from coded_fl.vocabulary import PARTITION_UNITS_ENTRY
 
 from .coded_secagg import CodedSecAgg
@@ -321,7 +321,7 @@ class ShuffledTraining:
         """One epoch to :attr:`parts`, then up to :attr:`placement_retries` more while more
         than s silos lack their partitions (no round could complete): each moves only what is
         missing, and sends nothing from the senders that failed others in the epoch before
-        (:func:`~coded_fl.shuffling.routing.suspect_senders`: messages waited for in vain,
+        (:func:`~coded_fl.shuffling.transport.routing.suspect_senders`: messages waited for in vain,
         or decoded into units that failed their SHA-256 check). Such a sender costs the
         receivers of all its messages their units (with coded reshuffles both units of each
         of its pairs); their other holders send them instead. It is not counted as a holder

@@ -1,7 +1,7 @@
 """The server's translation between shuffle packets and Flower records.
 
 Record key :data:`coded_fl.vocabulary.SHUFFLE_KEY` (``codedfl.shuffle.msg``): an encoded
-:mod:`coded_fl.shuffling.wire` packet, framed like the secure aggregation's messages
+:mod:`coded_fl.shuffling.transport.wire` packet, framed like the secure aggregation's messages
 (:mod:`strategies.records`) so that Flower chunks large deliveries like any model. Shuffle
 messages have the message type ``query.codedfl_shuffle`` (:data:`SHUFFLE_MESSAGE_TYPE`): a
 ClientApp answers them with the handler that :func:`clients.shuffle.register_shuffle`
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from flwr.app import Array, ArrayRecord, MessageType, RecordDict
 
-from coded_fl.shuffling.wire import Packet, decode, encode
+from coded_fl.shuffling.transport.wire import Packet, decode, encode
 from coded_fl.vocabulary import FRAME_ARRAY, SHUFFLE_ACTION, SHUFFLE_KEY, frame, read_frame
 
 __all__ = ["SHUFFLE_MESSAGE_TYPE", "packet_content", "packet_from"]

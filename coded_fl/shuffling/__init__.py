@@ -1,31 +1,26 @@
 """Coded data shuffling: move units between silos with coded multicasts (no Flower here).
 
-Modules, bottom up: :mod:`~coded_fl.shuffling.theory` (load formulas, lower bound, sources),
-:mod:`~coded_fl.shuffling.units` (unit ids, hashes, padded layout),
-:mod:`~coded_fl.shuffling.placement` (assignments, gradient-code placement, cache, storage),
-:mod:`~coded_fl.shuffling.planner` (centralized / decentralized / uncoded plans),
-:mod:`~coded_fl.shuffling.codec` (vectorised XOR encode/decode),
-:mod:`~coded_fl.shuffling.session` (sans-IO sender, silo and relay state machines, AES-GCM),
-:mod:`~coded_fl.shuffling.store` (a silo's atomic on-disk unit store),
-:mod:`~coded_fl.shuffling.silo` (a store meets a plan: placement, side information, commit).
-The transport through an untrusted relay: :mod:`~coded_fl.shuffling.groupkey` (the epoch's
-group key from the project's key agreement), :mod:`~coded_fl.shuffling.wire` (public job,
-packets), :mod:`~coded_fl.shuffling.shares` (sealed manifest shares),
-:mod:`~coded_fl.shuffling.member` (a silo's or the sender's machine),
-:mod:`~coded_fl.shuffling.coordinator` (the relay's machine), :mod:`~coded_fl.shuffling.routing`
-(its plan and forwarding), :mod:`~coded_fl.shuffling.results` (what an epoch did),
-:mod:`~coded_fl.shuffling.loopback` (both in one process).
+Four layers, bottom up; each imports only the layers below it:
+
+1. :mod:`~coded_fl.shuffling.plan`: what moves and what it can cost (load formulas and bounds,
+   unit ids, placements and caches, the centralized / decentralized / uncoded planner);
+2. :mod:`~coded_fl.shuffling.codec`: the vectorised XOR encode/decode of a plan's messages;
+3. :mod:`~coded_fl.shuffling.storage`: one shuffle at a silo (the sans-IO sender, silo and relay
+   machines, AES-GCM; the atomic on-disk unit store; a store meeting a plan);
+4. :mod:`~coded_fl.shuffling.transport`: the shuffle through an untrusted relay (group key,
+   wire format, sealed manifest shares, the members' and the relay's machines, an epoch's
+   results, a loopback of both in one process).
+
+:mod:`~coded_fl.shuffling.partitions` sits on top: the gradient code's partitions made of shuffle
+units, and how an epoch's results change them. This module re-exports the public names of all
+of them; import from here.
 
 The in-memory harness (K silos in one process: ``simulate``, ``silo_buffer``) is a test and
 simulation helper, not part of the library: ``simulations/runtime/shuffle_harness.py``.
 """
 
 from coded_fl.shuffling.codec import SegmentBuffer, cached_subfiles, decode, encode
-from coded_fl.shuffling.coordinator import RelayCoordinator, RelayStage
-from coded_fl.shuffling.groupkey import Roster, derive_key, make_group_key, open_group_key
-from coded_fl.shuffling.loopback import run_loopback
-from coded_fl.shuffling.member import MemberStage, ShuffleMember
-from coded_fl.shuffling.placement import (
+from coded_fl.shuffling.plan.placement import (
     Assignment,
     assignment_from_support,
     batch_assignment,
@@ -34,19 +29,8 @@ from coded_fl.shuffling.placement import (
     largest_level,
     shifted_assignment,
 )
-from coded_fl.shuffling.planner import CENTRAL, Mode, ShufflePlan, plan_shuffle
-from coded_fl.shuffling.results import ShuffleResult, SiloOutcome
-from coded_fl.shuffling.routing import relay_plan, suspect_senders
-from coded_fl.shuffling.session import (
-    DeliveryReport,
-    RelaySession,
-    SenderSession,
-    ShuffleMessage,
-    SiloSession,
-)
-from coded_fl.shuffling.silo import check_holdings, commit_delivery, install_silo, load_silo
-from coded_fl.shuffling.store import UnitStore
-from coded_fl.shuffling.theory import (
+from coded_fl.shuffling.plan.planner import CENTRAL, Mode, ShufflePlan, plan_shuffle
+from coded_fl.shuffling.plan.theory import (
     acyclic_bound,
     centralized_load,
     centralized_lower_bound,
@@ -59,8 +43,23 @@ from coded_fl.shuffling.theory import (
     uncoded_load,
     worst_case_loads,
 )
-from coded_fl.shuffling.units import Layout, UnitId, UnitManifest, UnitSpec, digest
-from coded_fl.shuffling.wire import ShuffleJob
+from coded_fl.shuffling.plan.units import Layout, UnitId, UnitManifest, UnitSpec, digest
+from coded_fl.shuffling.storage.session import (
+    DeliveryReport,
+    RelaySession,
+    SenderSession,
+    ShuffleMessage,
+    SiloSession,
+)
+from coded_fl.shuffling.storage.silo import check_holdings, commit_delivery, install_silo, load_silo
+from coded_fl.shuffling.storage.store import UnitStore
+from coded_fl.shuffling.transport.coordinator import RelayCoordinator, RelayStage
+from coded_fl.shuffling.transport.groupkey import Roster, derive_key, make_group_key, open_group_key
+from coded_fl.shuffling.transport.loopback import run_loopback
+from coded_fl.shuffling.transport.member import MemberStage, ShuffleMember
+from coded_fl.shuffling.transport.results import ShuffleResult, SiloOutcome
+from coded_fl.shuffling.transport.routing import relay_plan, suspect_senders
+from coded_fl.shuffling.transport.wire import ShuffleJob
 
 __all__ = [
     "CENTRAL",

@@ -13,8 +13,8 @@ Nothing is decoded from rows the party does not know: a missing term raises
 :class:`~coded_fl.errors.DecodingError` (or :class:`~coded_fl.errors.InputError` for a sender),
 naming the units.
 
->>> from coded_fl.shuffling.units import UnitManifest
->>> from coded_fl.shuffling.planner import plan_shuffle
+>>> from coded_fl.shuffling.plan.units import UnitManifest
+>>> from coded_fl.shuffling.plan.planner import plan_shuffle
 >>> data = {u: bytes([65 + u]) * 6 for u in range(2)}
 >>> plan = plan_shuffle(UnitManifest.from_data(data), {0: {0}, 1: {1}}, {0: {1}, 1: {0}}, K=2, t=1)
 >>> sender = SegmentBuffer.for_plan(plan)
@@ -34,9 +34,9 @@ import numba
 import numpy as np
 
 from coded_fl.errors import DecodingError, InputError
-from coded_fl.shuffling.placement import subsets
-from coded_fl.shuffling.planner import ShufflePlan
-from coded_fl.shuffling.units import Layout
+from coded_fl.shuffling.plan.placement import subsets
+from coded_fl.shuffling.plan.planner import ShufflePlan
+from coded_fl.shuffling.plan.units import Layout
 
 __all__ = ["SegmentBuffer", "cached_subfiles", "decode", "encode"]
 
@@ -86,7 +86,7 @@ def cached_subfiles(plan: ShufflePlan | tuple[int, int], silo: int) -> np.ndarra
     """Indices of the subfiles a silo caches of every unit: those whose set T contains it.
 
     Subfile j of a unit is :math:`W_{n,T}` for the t-subset T of colex rank j
-    (:func:`~coded_fl.shuffling.placement.subsets`); silo k caches the
+    (:func:`~coded_fl.shuffling.plan.placement.subsets`); silo k caches the
     :math:`\\binom{K-1}{t-1}` subfiles with :math:`k \\in T`, the same ones of every unit.
 
     Parameters
@@ -104,7 +104,7 @@ def cached_subfiles(plan: ShufflePlan | tuple[int, int], silo: int) -> np.ndarra
     Raises
     ------
     ConfigurationError
-        If :math:`\\binom{K}{t}` exceeds :data:`~coded_fl.shuffling.placement.MAX_SUBFILES`.
+        If :math:`\\binom{K}{t}` exceeds :data:`~coded_fl.shuffling.plan.placement.MAX_SUBFILES`.
 
     Examples
     --------
@@ -122,7 +122,7 @@ class SegmentBuffer:
 
     Row r of the buffer is piece ``r % P`` of subfile ``(r // P) % n_subfiles`` of unit
     ``r // segments_per_unit`` (P = ``layout.n_pieces``), the numbering of
-    :class:`~coded_fl.shuffling.planner.ShufflePlan`'s ``term_row``. Everything starts zero and
+    :class:`~coded_fl.shuffling.plan.planner.ShufflePlan`'s ``term_row``. Everything starts zero and
     unknown; :meth:`put_unit`, :meth:`put_cache` and :func:`decode` fill rows and mark them known.
 
     Parameters

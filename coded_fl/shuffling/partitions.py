@@ -3,14 +3,14 @@
 Silos start with their own data only. Each silo's data is cut into units (:func:`own_units`),
 so silo j starts holding units ``"s<j>-0" .. "s<j>-<u-1>"``. A *partition map* lists the units
 of each of the code's K partitions; the gradient code's support (B, n x K) then decides who
-holds what (:func:`~coded_fl.shuffling.placement.assignment_from_support`): silo i must hold
+holds what (:func:`~coded_fl.shuffling.plan.placement.assignment_from_support`): silo i must hold
 every unit of every partition j with :math:`B_{ij} \\ne 0`. The first map is "partition j is
 silo j's own data"; a reshuffle draws a new map that deals every unit to a random partition
 (:func:`mixed_partitions`), so partitions that started non-IID become mixed.
 
 :class:`Holdings` is the server's view of what each silo verifiably holds, updated from each
-epoch's :class:`~coded_fl.shuffling.results.ShuffleResult`: a silo that missed part of an epoch
-keeps its old units plus the verified new ones (the store's commit rule), so the next job's
+epoch's :class:`~coded_fl.shuffling.transport.results.ShuffleResult`: a silo that missed part of an
+epoch keeps its old units plus the verified new ones (the store's commit rule), so the next job's
 current assignment is exactly what its store holds, and that job repairs it.
 
 A unit's bytes are a NumPy ``.npz`` of named arrays with the same first dimension
@@ -33,9 +33,9 @@ from typing import Any
 import numpy as np
 
 from coded_fl.errors import ConfigurationError, InputError
-from coded_fl.shuffling.placement import assignment_from_support
-from coded_fl.shuffling.results import ShuffleResult
-from coded_fl.shuffling.units import UnitId
+from coded_fl.shuffling.plan.placement import assignment_from_support
+from coded_fl.shuffling.plan.units import UnitId
+from coded_fl.shuffling.transport.results import ShuffleResult
 
 __all__ = [
     "Holdings",
@@ -117,7 +117,7 @@ def own_assignment(parts: Partitions) -> dict[UnitId, frozenset[int]]:
 
 def code_assignment(support: np.ndarray, parts: Partitions) -> dict[UnitId, frozenset[int]]:
     """The placement the gradient code needs (via
-    :func:`~coded_fl.shuffling.placement.assignment_from_support`).
+    :func:`~coded_fl.shuffling.plan.placement.assignment_from_support`).
 
     Parameters
     ----------
@@ -169,7 +169,7 @@ def swap_partners(support: np.ndarray) -> dict[int, tuple[int, ...]]:
     the polynomial code gives every partition 2s partners (the partitions at cyclic distance
     1..s); the repetition code gives none (its groups are disjoint and a group's partitions
     share one holder set), so no reshuffle of it can be coded (see
-    :func:`~coded_fl.shuffling.theory.holder_cut_bound`).
+    :func:`~coded_fl.shuffling.plan.theory.holder_cut_bound`).
 
     Parameters
     ----------
@@ -204,7 +204,7 @@ def swapped_partitions(
     random walk over the partner graph (for the polynomial code's cyclic support: to one of the
     2s partitions at cyclic distance 1..s, about equally likely), partition sizes are kept, and
     the plan sends one XOR per pair where a uniform reshuffle sends each moved unit alone
-    (:func:`~coded_fl.shuffling.theory.swap_fanout_load`). Of ``tries`` random draws the first
+    (:func:`~coded_fl.shuffling.plan.theory.swap_fanout_load`). Of ``tries`` random draws the first
     that pairs every unit is kept, else the one that pairs the most (a unit left unpaired
     stays where it is).
 

@@ -22,7 +22,7 @@ downlink is at most plain copying's; coded final accuracy within 1 pp of the IID
 0.3 pp below the uniform reshuffles (means of the two runs); reshuffles at most 10 % of the run's
 wall time. Beside every epoch: plain copying, the fan-out, the scheme and the converse (the
 larger of the acyclic index-coding bound and the cut around disjoint holder sets,
-:func:`~coded_fl.shuffling.theory.reshuffle_bounds`). Also: the repetition code's reshuffles
+:func:`~coded_fl.shuffling.plan.theory.reshuffle_bounds`). Also: the repetition code's reshuffles
 (planned only), where the converse equals the fan-out; how far a unit's partition is from
 uniform after r coded reshuffles; and the first coded reshuffle planned at storage levels
 t = 0..3 (measured, achievable, converse; FILE.png plots them).
@@ -47,7 +47,7 @@ from coded_fl.shuffling.partitions import (
     own_partitions,
     swapped_partitions,
 )
-from coded_fl.shuffling.theory import acyclic_bound, held_units, reshuffle_bounds
+from coded_fl.shuffling.plan.theory import acyclic_bound, held_units, reshuffle_bounds
 from simulations.bench.common import Report
 from simulations.runtime.flower_sim import run_child
 

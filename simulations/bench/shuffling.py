@@ -7,7 +7,8 @@ load against storage for each K: uncoded, centralized and decentralized coded, l
    a worst-case reassignment (every batch moves to the next silo) and random ones (a fresh random
    split): the measured load of the plan (messages x message size / unit size) next to the
    scheme's formula, the uncoded plan's load, the papers' closed forms and lower bounds
-   (:mod:`coded_fl.shuffling.theory`). Random rows also carry the acyclic index-coding bound of the
+   (:mod:`coded_fl.shuffling.plan.theory`). Random rows also carry the acyclic index-coding bound
+   of the
    cache placement for that demand (max over sampled silo orders): no scheme using the same cache
    sends less.
 2. Planner time: median wall time of ``plan_shuffle`` at K = 16 for every t (goal: under 1 s).
@@ -39,8 +40,8 @@ from coded_fl.shuffling import (
     shifted_assignment,
     worst_case_loads,
 )
-from coded_fl.shuffling.theory import held_units
-from coded_fl.shuffling.units import digest
+from coded_fl.shuffling.plan.theory import held_units
+from coded_fl.shuffling.plan.units import digest
 from simulations.bench.common import Report, median_time
 from simulations.runtime.shuffle_harness import silo_buffer
 

@@ -29,7 +29,7 @@ from flwr.serverapp.strategy import FedAvg
 from clients import coded_secagg_mod
 from clients.data import silo_data_mod
 from clients.shuffle import register_shuffle
-from coded_fl.shuffling.wire import DeliverRequest, decode
+from coded_fl.shuffling.transport.wire import DeliverRequest, decode
 from coded_fl.vocabulary import SHUFFLE_ACTION, SHUFFLE_KEY, read_frame
 from simulations.app.client_app import _fit, own_data_mod
 from simulations.app.task import Net, make_evaluator

@@ -1,8 +1,10 @@
 """In-memory harness: one shuffle over K simulated silos on real bytes, with drops.
 
 A test and simulation helper, not part of the protocol: production code never imports it (the
-store-side steps it shares with the member's machine, :func:`~coded_fl.shuffling.silo.load_silo`
-and :func:`~coded_fl.shuffling.silo.commit_delivery`, live in :mod:`~coded_fl.shuffling.silo`).
+store-side steps it shares with the member's machine,
+:func:`~coded_fl.shuffling.storage.silo.load_silo`
+and :func:`~coded_fl.shuffling.storage.silo.commit_delivery`, live in
+:mod:`~coded_fl.shuffling.storage.silo`).
 
 It wires the sans-IO sessions together the way the Flower glue does (sender or silos ->
 relay -> silos), on one process, and is what the tests and ``python -m simulations.shuffle``
@@ -17,17 +19,17 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from coded_fl.shuffling.codec import SegmentBuffer, cached_subfiles
-from coded_fl.shuffling.planner import CENTRAL, Mode, ShufflePlan, plan_shuffle
-from coded_fl.shuffling.session import (
+from coded_fl.shuffling.plan.planner import CENTRAL, Mode, ShufflePlan, plan_shuffle
+from coded_fl.shuffling.plan.units import UnitId, UnitManifest
+from coded_fl.shuffling.storage.session import (
     DeliveryReport,
     RelaySession,
     SenderSession,
     ShuffleMessage,
     SiloSession,
 )
-from coded_fl.shuffling.silo import commit_delivery, load_silo
-from coded_fl.shuffling.store import UnitStore
-from coded_fl.shuffling.units import UnitId, UnitManifest
+from coded_fl.shuffling.storage.silo import commit_delivery, load_silo
+from coded_fl.shuffling.storage.store import UnitStore
 
 __all__ = ["ShuffleOutcome", "silo_buffer", "simulate"]
 
@@ -78,8 +80,8 @@ def silo_buffer(plan: ShufflePlan, silo: int, data: Mapping[UnitId, bytes]) -> S
     Returns
     -------
     SegmentBuffer
-        What :func:`~coded_fl.shuffling.silo.load_silo` would read from a store that
-        :func:`~coded_fl.shuffling.silo.install_silo` filled with ``data``.
+        What :func:`~coded_fl.shuffling.storage.silo.load_silo` would read from a store that
+        :func:`~coded_fl.shuffling.storage.silo.install_silo` filled with ``data``.
     """
     buf = SegmentBuffer.for_plan(plan)
     subs = cached_subfiles(plan, silo)
@@ -119,7 +121,7 @@ def simulate(
     current, nxt
         The current and the next assignment (unit id -> silos).
     K, t, mode, coded, storage
-        As for :func:`~coded_fl.shuffling.planner.plan_shuffle`.
+        As for :func:`~coded_fl.shuffling.plan.planner.plan_shuffle`.
     group_key
         Seal the coded messages under this key (None: integrity only).
     epoch
@@ -129,7 +131,7 @@ def simulate(
     stores
         The silos' stores (index k for silo k): side information is read from them and every
         silo that did not drop commits its delivery to its store
-        (:func:`~coded_fl.shuffling.silo.commit_delivery`). None: side information from
+        (:func:`~coded_fl.shuffling.storage.silo.commit_delivery`). None: side information from
         ``data``, nothing committed.
     tamper
         May rewrite messages on the relay (to test that silos refuse them; a refused message

@@ -34,8 +34,8 @@ from coded_fl.shuffling import (
     install_silo,
     plan_shuffle,
 )
-from coded_fl.shuffling.units import UnitId
-from coded_fl.shuffling.wire import (
+from coded_fl.shuffling.plan.units import UnitId
+from coded_fl.shuffling.transport.wire import (
     DeliverRequest,
     GroupKeyRequest,
     Hello,

@@ -2,8 +2,8 @@
 transport, recorded from a centralized and a decentralized epoch, then mutated as bytes (flips,
 truncations, extensions, splices, the JSON length, blob count and blob lengths set to
 extremes) or as JSON (a value replaced by a huge or negative integer, a deep list, a long
-string, another type; a blob reference repeated). :func:`coded_fl.shuffling.wire.decode` raises
-only :class:`~coded_fl.errors.CodedFLError` subclasses, in bounded time and memory.
+string, another type; a blob reference repeated). :func:`coded_fl.shuffling.transport.wire.decode`
+raises only :class:`~coded_fl.errors.CodedFLError` subclasses, in bounded time and memory.
 
 ``test_epoch_with_a_mutated_packet`` runs whole epochs with one request or reply mutated on
 its way: neither the relay nor a member raises anything untyped, and every store ends exact or
@@ -25,8 +25,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from coded_fl.errors import CodedFLError
-from coded_fl.shuffling import ShuffleMember, wire
-from coded_fl.shuffling.coordinator import RelayCoordinator
+from coded_fl.shuffling import ShuffleMember
+from coded_fl.shuffling.transport import wire
+from coded_fl.shuffling.transport.coordinator import RelayCoordinator
 from tests.fuzz import examples, tally
 from tests.fuzz.ends import DECODE_S, PEAK, measured
 from tests.fuzz.mutants import _one

@@ -17,8 +17,8 @@ from coded_fl.secagg.client import MAX_UNVERIFIED_ROUNDS, ClientMachine, refusal
 from coded_fl.secagg.messages import SERVER, KeyRequest, RefusalCode, Upload
 from coded_fl.secagg.policy import ClientPolicy
 from coded_fl.secagg.server import RoundAborted, RoundResult
-from coded_fl.shuffling.planner import MAX_PLAN_ENTRIES, check_plan_cost, plan_shuffle
-from coded_fl.shuffling.units import UnitManifest
+from coded_fl.shuffling.plan.planner import MAX_PLAN_ENTRIES, check_plan_cost, plan_shuffle
+from coded_fl.shuffling.plan.units import UnitManifest
 from simulations.runtime.secagg_harness import Harness, Silo
 
 

@@ -78,7 +78,7 @@ class _LoopbackRelay:
     ) -> None:
         from coded_fl.shuffling import ShuffleMember, UnitStore
         from coded_fl.shuffling.partitions import own_units, pack_examples
-        from coded_fl.shuffling.units import UnitSpec, digest
+        from coded_fl.shuffling.plan.units import UnitSpec, digest
 
         self.members = {m: ShuffleMember(m) for m in range(K)}
         self.stores = {m: UnitStore(tmp_path / f"m{m}") for m in range(K)}
@@ -301,7 +301,7 @@ def test_a_silo_that_sends_a_wrong_xor_gains_nothing_and_is_routed_around(
     pairs in the first reshuffle. Its receivers decode units whose SHA-256 fails: none is
     committed, and the epoch is planned again at once without silo 1 as a sender; every store
     ends with exactly the right bytes."""
-    import coded_fl.shuffling.session as session
+    import coded_fl.shuffling.storage.session as session
     from coded_fl.shuffling import run_loopback
     from coded_fl.shuffling.partitions import partition_holders
 

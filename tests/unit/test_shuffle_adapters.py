@@ -22,8 +22,9 @@ from clients.shuffle import (
     store_path,
 )
 from coded_fl.errors import ConfigurationError, RemoteProtocolError
-from coded_fl.shuffling import ShuffleJob, UnitManifest, UnitStore, install_silo, plan_shuffle, wire
-from coded_fl.shuffling.wire import JoinReply
+from coded_fl.shuffling import ShuffleJob, UnitManifest, UnitStore, install_silo, plan_shuffle
+from coded_fl.shuffling.transport import wire
+from coded_fl.shuffling.transport.wire import JoinReply
 from coded_fl.vocabulary import SHUFFLE_KEY
 from coded_fl.vocabulary import SHUFFLE_STATE_KEY as STATE_KEY
 from simulations.shuffle.flower import RecordingGrid, drop_mod, leaked

@@ -10,7 +10,7 @@ import pytest
 
 from coded_fl.crypto import KeyPair, pairwise_key
 from coded_fl.errors import InputError, LocalProtocolError, RemoteProtocolError
-from coded_fl.shuffling.groupkey import (
+from coded_fl.shuffling.transport.groupkey import (
     Roster,
     RosterEntry,
     check_roster,

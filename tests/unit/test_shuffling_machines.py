@@ -27,11 +27,11 @@ from coded_fl.shuffling import (
     install_silo,
     plan_shuffle,
     shifted_assignment,
-    wire,
 )
-from coded_fl.shuffling import coordinator as coordinator_module
-from coded_fl.shuffling import member as member_module
-from coded_fl.shuffling.wire import (
+from coded_fl.shuffling.transport import coordinator as coordinator_module
+from coded_fl.shuffling.transport import member as member_module
+from coded_fl.shuffling.transport import wire
+from coded_fl.shuffling.transport.wire import (
     DeliverReply,
     DeliverRequest,
     GroupKeyReply,

@@ -16,7 +16,7 @@ from coded_fl.shuffling import (
     plan_shuffle,
     storage_for_level,
 )
-from coded_fl.shuffling.placement import colex_rank, subsets
+from coded_fl.shuffling.plan.placement import colex_rank, subsets
 
 
 def test_cyclic_assignment_matches_the_gradient_code_support():

@@ -24,9 +24,9 @@ from coded_fl.shuffling import (
     relay_plan,
     run_loopback,
     shifted_assignment,
-    wire,
 )
-from coded_fl.shuffling.coordinator import RelayCoordinator
+from coded_fl.shuffling.transport import wire
+from coded_fl.shuffling.transport.coordinator import RelayCoordinator
 
 K = 4
 
@@ -443,8 +443,8 @@ def test_every_packet_round_trips_and_garbage_is_refused():
     now, nxt = _batches()
     job = _job(now, nxt, "centralized")
     d = job.digest()
-    from coded_fl.shuffling.groupkey import Roster
-    from coded_fl.shuffling.session import DeliveryReport, ShuffleMessage
+    from coded_fl.shuffling.storage.session import DeliveryReport, ShuffleMessage
+    from coded_fl.shuffling.transport.groupkey import Roster
 
     roster = Roster.of("run-1", 1, {0: bytes(range(32)), 3: bytes(32)}, {0: b"t"})
     msg = ShuffleMessage(bytes(16), 1, 7, -1, bytes(12), b"body")
@@ -512,7 +512,7 @@ def test_one_cache_serves_both_settings_and_stores_know_every_spec(tmp_path):
 
 
 def test_wire_bytes_is_what_encode_message_writes() -> None:
-    from coded_fl.shuffling.session import ShuffleMessage
+    from coded_fl.shuffling.storage.session import ShuffleMessage
 
     msg = ShuffleMessage(
         plan_id=bytes(16), epoch=2, index=5, sender=1, nonce=bytes(12), body=bytes(40)

@@ -12,8 +12,9 @@ import tracemalloc
 import pytest
 
 from coded_fl.errors import RemoteProtocolError
-from coded_fl.shuffling import ShuffleMember, UnitStore, wire
-from coded_fl.shuffling.session import ShuffleMessage
+from coded_fl.shuffling import ShuffleMember, UnitStore
+from coded_fl.shuffling.storage.session import ShuffleMessage
+from coded_fl.shuffling.transport import wire
 
 DIGEST = "ab" * 16
 

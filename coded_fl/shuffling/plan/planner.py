@@ -1,11 +1,11 @@
 """Delivery plans: which coded messages move which subfiles so that every silo decodes its units.
 
-Schemes (loads and sources in :mod:`coded_fl.shuffling.theory`):
+Schemes (loads and sources in :mod:`coded_fl.shuffling.plan.theory`):
 
 ``centralized``
     One sender holds all data (the coded delivery of Attia and Tandon 2019, with the placement of
-    :mod:`~coded_fl.shuffling.placement`). For every (t+1)-set S of silos and round i, the sender
-    XORs :math:`W_{n_k, S \\setminus k}` over the silos k of S that still need an i-th unit
+    :mod:`~coded_fl.shuffling.plan.placement`). For every (t+1)-set S of silos and round i, the
+    sender XORs :math:`W_{n_k, S \\setminus k}` over the silos k of S that still need an i-th unit
     :math:`n_k`. Silo k knows every other term (it caches :math:`W_{\\cdot, T}` for
     :math:`T \\ni k`) and so decodes its own.
 ``decentralized``
@@ -29,7 +29,7 @@ distinct segment once. XOR already meets the uncoded-storage lower
 bound in the centralized setting (theory module), so GF(2^8) combinations would not lower the
 load there.
 
->>> from coded_fl.shuffling.units import UnitManifest
+>>> from coded_fl.shuffling.plan.units import UnitManifest
 >>> m = UnitManifest.from_data({u: bytes([u]) * 12 for u in range(4)})
 >>> now = {u: {u} for u in range(4)}
 >>> nxt = {u: {(u - 1) % 4} for u in range(4)}
@@ -52,19 +52,19 @@ from typing import Any, Literal
 import numpy as np
 
 from coded_fl.errors import ConfigurationError, InputError
-from coded_fl.shuffling.placement import (
+from coded_fl.shuffling.plan.placement import (
     check_storage,
     colex_rank,
     normalize_assignment,
     subsets,
 )
-from coded_fl.shuffling.theory import (
+from coded_fl.shuffling.plan.theory import (
     centralized_load,
     decentralized_load,
     swap_fanout_load,
     uncoded_load,
 )
-from coded_fl.shuffling.units import Layout, UnitId, UnitManifest
+from coded_fl.shuffling.plan.units import Layout, UnitId, UnitManifest
 
 __all__ = ["CENTRAL", "MAX_PLAN_ENTRIES", "Mode", "ShufflePlan", "check_plan_cost", "plan_shuffle"]
 
@@ -272,7 +272,7 @@ def plan_shuffle(
     """Plan one shuffle from the ``current`` assignment to ``nxt`` at storage level t.
 
     ``storage`` (units per silo), when given, is checked against both assignments plus the
-    level-t cache (:func:`~coded_fl.shuffling.placement.check_storage`). Deterministic: every
+    level-t cache (:func:`~coded_fl.shuffling.plan.placement.check_storage`). Deterministic: every
     party that plans from the same inputs gets the same plan and ``plan_id``.
 
     Parameters
@@ -305,7 +305,7 @@ def plan_shuffle(
     ------
     ConfigurationError
         If K < 1, t is outside ``0..K``, ``mode`` is unknown, :math:`\\binom{K}{t}` exceeds
-        :data:`~coded_fl.shuffling.placement.MAX_SUBFILES`, or some silo's storage is too
+        :data:`~coded_fl.shuffling.plan.placement.MAX_SUBFILES`, or some silo's storage is too
         small.
     InputError
         If the manifest is empty, an assignment names a unit not in the manifest or a silo
@@ -485,7 +485,7 @@ def _fanout(
     """t = 0, decentralized: each needed unit once, with one term (the same segment) per silo
     that needs it; the relay forwards it to all of them. Units that trade holder sets (one
     going from A to B, the other from B to A, with A and B meeting) go in pairs, as one XOR
-    sent by a silo of both (:func:`~coded_fl.shuffling.theory.swap_fanout_load`): every new
+    sent by a silo of both (:func:`~coded_fl.shuffling.plan.theory.swap_fanout_load`): every new
     holder of one holds the other. A lone unit comes from its lowest holder; the senders of a
     class pair's XORs take turns over the silos of A and B."""
     receivers: dict[int, list[int]] = {}

@@ -1,9 +1,10 @@
 """The shuffle transport without a network: relay and members in one process.
 
-It drives a :class:`~coded_fl.shuffling.coordinator.RelayCoordinator` and the members'
-:class:`~coded_fl.shuffling.member.ShuffleMember` machines exactly as the Flower adapters do
-(:mod:`strategies.shuffle`, :mod:`clients.shuffle`), and every packet goes through
-:func:`~coded_fl.shuffling.wire.encode` / :func:`~coded_fl.shuffling.wire.decode` and every
+It drives a :class:`~coded_fl.shuffling.transport.coordinator.RelayCoordinator` and the members'
+:class:`~coded_fl.shuffling.transport.member.ShuffleMember` machines exactly as the Flower adapters
+do (:mod:`strategies.shuffle`, :mod:`clients.shuffle`), and every packet goes through
+:func:`~coded_fl.shuffling.transport.wire.encode` /
+:func:`~coded_fl.shuffling.transport.wire.decode` and every
 member's state through ``to_bytes``/``from_bytes`` on the way. Tests use it to check the
 protocol (keys, drops, tampering) in milliseconds; the Flower test checks the same on Flower.
 
@@ -18,10 +19,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 from coded_fl.errors import CodedFLError
-from coded_fl.shuffling.coordinator import RelayCoordinator, ShuffleResult
-from coded_fl.shuffling.member import ShuffleMember
-from coded_fl.shuffling.store import UnitStore
-from coded_fl.shuffling.wire import Packet, ShuffleJob, decode, encode
+from coded_fl.shuffling.storage.store import UnitStore
+from coded_fl.shuffling.transport.coordinator import RelayCoordinator, ShuffleResult
+from coded_fl.shuffling.transport.member import ShuffleMember
+from coded_fl.shuffling.transport.wire import Packet, ShuffleJob, decode, encode
 
 __all__ = ["run_loopback"]
 
@@ -60,7 +61,8 @@ def run_loopback(
     Returns
     -------
     ShuffleResult
-        What the relay saw (:meth:`~coded_fl.shuffling.coordinator.RelayCoordinator.finish`).
+        What the relay saw
+        (:meth:`~coded_fl.shuffling.transport.coordinator.RelayCoordinator.finish`).
 
     Raises
     ------

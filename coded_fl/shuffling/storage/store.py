@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from coded_fl.errors import DecodingError, InputError
-from coded_fl.shuffling.units import UnitId, UnitSpec, digest
+from coded_fl.shuffling.plan.units import UnitId, UnitSpec, digest
 
 __all__ = ["UnitStore"]
 

@@ -1,9 +1,10 @@
 """Manifest shares: how the members agree on the units' lengths and SHA-256 without the relay.
 
-The relay's :class:`~coded_fl.shuffling.wire.ShuffleJob` names the units but not their lengths
+The relay's :class:`~coded_fl.shuffling.transport.wire.ShuffleJob` names the units but not their
+lengths
 or hashes (those would leak low-entropy units). Once the members share the epoch's group key,
 every member seals, under the epoch's manifest key (HKDF of the group key,
-:func:`~coded_fl.shuffling.groupkey.derive_key` with label ``"manifest"``), the length and
+:func:`~coded_fl.shuffling.transport.groupkey.derive_key` with label ``"manifest"``), the length and
 SHA-256 of the units it vouches for (:func:`vouched_units`): in the centralized setting the
 sender vouches for every unit (silos for none), in the decentralized setting each silo for every
 unit its store knows (held, or recorded by an earlier placement or shuffle). The relay forwards
@@ -27,9 +28,9 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from coded_fl.errors import InputError, RemoteProtocolError
-from coded_fl.shuffling.store import UnitStore
-from coded_fl.shuffling.units import UnitId, UnitSpec, digest
-from coded_fl.shuffling.wire import ShuffleJob
+from coded_fl.shuffling.plan.units import UnitId, UnitSpec, digest
+from coded_fl.shuffling.storage.store import UnitStore
+from coded_fl.shuffling.transport.wire import ShuffleJob
 
 __all__ = ["open_shares", "seal_share", "vouched_units"]
 

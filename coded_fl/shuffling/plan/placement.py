@@ -28,8 +28,8 @@ from math import comb
 import numpy as np
 
 from coded_fl.errors import ConfigurationError, InputError
-from coded_fl.shuffling.theory import storage_for_level
-from coded_fl.shuffling.units import UnitId, UnitManifest
+from coded_fl.shuffling.plan.theory import storage_for_level
+from coded_fl.shuffling.plan.units import UnitId, UnitManifest
 
 __all__ = [
     "MAX_SUBFILES",
@@ -175,7 +175,7 @@ def check_storage(
     """Refuse a level t whose cache plus the assigned units overflow some silo's storage.
 
     A silo holding h of the N units in full needs :math:`h + (N - h)\\,t/K` units of storage
-    at level t (:func:`~coded_fl.shuffling.theory.storage_for_level`); every silo of every
+    at level t (:func:`~coded_fl.shuffling.plan.theory.storage_for_level`); every silo of every
     assignment given must fit in ``storage``.
 
     Parameters

@@ -3,8 +3,8 @@
 Theory of operation
 -------------------
 Sans-IO, as h11: :meth:`ShuffleMember.receive` is the one entry point. It takes a request
-packet (:mod:`~coded_fl.shuffling.wire`) and the member's
-:class:`~coded_fl.shuffling.store.UnitStore`, and returns the reply packet; no socket, no
+packet (:mod:`~coded_fl.shuffling.transport.wire`) and the member's
+:class:`~coded_fl.shuffling.storage.store.UnitStore`, and returns the reply packet; no socket, no
 Flower. The ClientApp handler (:mod:`clients.shuffle`) decodes the request, calls ``receive``,
 encodes the reply, and keeps :meth:`ShuffleMember.to_bytes` (keys included) in
 ``context.state``; the state never leaves the member.
@@ -38,10 +38,10 @@ Transition table, (stage, request) -> stage after the reply (``.``: refused)::
 What each handler does: Hello, a fresh X25519 key pair for the epoch; GroupKeyRequest (the
 leader only), draw the group key and seal it for every other member; JoinRequest (the others),
 open the group key; both answer with this member's sealed manifest share
-(:mod:`~coded_fl.shuffling.shares`); PlanRequest, open and merge every share, plan, make this
-member's coded messages (the central sender all of them, a decentralized silo its own);
+(:mod:`~coded_fl.shuffling.transport.shares`); PlanRequest, open and merge every share, plan, make
+this member's coded messages (the central sender all of them, a decentralized silo its own);
 DeliverRequest (silos only), decode and verify what the relay forwarded, commit atomically
-(:func:`~coded_fl.shuffling.silo.commit_delivery`), report.
+(:func:`~coded_fl.shuffling.storage.silo.commit_delivery`), report.
 
 The stage's stored form (:meth:`ShuffleMember.to_bytes`) is its value (``"idle"``, ``"hello"``,
 ...), as before :class:`MemberStage` existed.
@@ -49,7 +49,8 @@ The stage's stored form (:meth:`ShuffleMember.to_bytes`) is its value (``"idle"`
 Length: about 340 lines of code (420 before shares and store checks moved out), the rest
 docstrings. One machine: five handlers, the persistence of every field of its state, the entry
 point and the table; what is not the machine's state is split out (manifest shares in
-:mod:`~coded_fl.shuffling.shares`, the store-side steps in :mod:`~coded_fl.shuffling.silo`), and
+:mod:`~coded_fl.shuffling.transport.shares`, the store-side steps in
+:mod:`~coded_fl.shuffling.storage.silo`), and
 splitting the handlers would scatter one object's state over several modules.
 """
 
@@ -65,7 +66,12 @@ from coded_fl.crypto import KeyPair
 from coded_fl.errors import CodedFLError, InputError, LocalProtocolError, RemoteProtocolError
 from coded_fl.prg import fresh_seed
 from coded_fl.shuffling.codec import SegmentBuffer
-from coded_fl.shuffling.groupkey import (
+from coded_fl.shuffling.plan.planner import ShufflePlan, plan_shuffle
+from coded_fl.shuffling.plan.units import UnitManifest, UnitSpec
+from coded_fl.shuffling.storage.session import SenderSession, SiloSession
+from coded_fl.shuffling.storage.silo import check_holdings, commit_delivery, load_silo
+from coded_fl.shuffling.storage.store import UnitStore
+from coded_fl.shuffling.transport.groupkey import (
     Roster,
     check_roster,
     derive_key,
@@ -73,13 +79,8 @@ from coded_fl.shuffling.groupkey import (
     make_group_key,
     open_group_key,
 )
-from coded_fl.shuffling.planner import ShufflePlan, plan_shuffle
-from coded_fl.shuffling.session import SenderSession, SiloSession
-from coded_fl.shuffling.shares import open_shares, seal_share, vouched_units
-from coded_fl.shuffling.silo import check_holdings, commit_delivery, load_silo
-from coded_fl.shuffling.store import UnitStore
-from coded_fl.shuffling.units import UnitManifest, UnitSpec
-from coded_fl.shuffling.wire import (
+from coded_fl.shuffling.transport.shares import open_shares, seal_share, vouched_units
+from coded_fl.shuffling.transport.wire import (
     DeliverReply,
     DeliverRequest,
     GroupKeyReply,

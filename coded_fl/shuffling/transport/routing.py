@@ -1,6 +1,6 @@
 """The relay's routing for one epoch: its plan, the plan id it follows, what it forwards.
 
-Pure functions for :class:`~coded_fl.shuffling.coordinator.RelayCoordinator`'s plan stage:
+Pure functions for :class:`~coded_fl.shuffling.transport.coordinator.RelayCoordinator`'s plan stage:
 
 - :func:`relay_plan`: the plan's messages, senders and receivers, made from the public job
   alone (the relay never learns a unit's length or hash);
@@ -20,11 +20,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from coded_fl.errors import RemoteProtocolError
-from coded_fl.shuffling.planner import CENTRAL, ShufflePlan, plan_shuffle
-from coded_fl.shuffling.results import ShuffleResult
-from coded_fl.shuffling.session import RelaySession, ShuffleMessage
-from coded_fl.shuffling.units import UnitManifest, UnitSpec, digest
-from coded_fl.shuffling.wire import ShuffleJob
+from coded_fl.shuffling.plan.planner import CENTRAL, ShufflePlan, plan_shuffle
+from coded_fl.shuffling.plan.units import UnitManifest, UnitSpec, digest
+from coded_fl.shuffling.storage.session import RelaySession, ShuffleMessage
+from coded_fl.shuffling.transport.results import ShuffleResult
+from coded_fl.shuffling.transport.wire import ShuffleJob
 
 __all__ = ["Traffic", "agreed_plan_id", "forward", "relay_plan", "suspect_senders"]
 
@@ -133,7 +133,7 @@ class Traffic:
     refused
         One line per message refused (wrong sender, size, plan, epoch, index or a duplicate).
     silent
-        Senders (:data:`~coded_fl.shuffling.planner.CENTRAL` for the central sender) whose
+        Senders (:data:`~coded_fl.shuffling.plan.planner.CENTRAL` for the central sender) whose
         messages never came.
     piece
         Payload bytes of one message (0 before any was relayed).
@@ -175,7 +175,7 @@ def forward(
         The epoch; a message of another epoch is refused.
     sender
         The central sender's member id (its messages carry the sender
-        :data:`~coded_fl.shuffling.planner.CENTRAL`); None in the decentralized setting.
+        :data:`~coded_fl.shuffling.plan.planner.CENTRAL`); None in the decentralized setting.
     silos
         The silos to forward to (the roster's); messages for others are not forwarded.
 

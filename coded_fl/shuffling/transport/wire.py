@@ -4,7 +4,7 @@ their encoding (sans-IO; the Flower adapters only move these bytes).
 A :class:`ShuffleJob` is what the relay knows about one epoch and may tell everyone: the run and
 epoch, K, t, the mode, the unit ids and the current and next assignments. Unit contents, their
 lengths and SHA-256 hashes (the manifest) never appear in it: members exchange those sealed under
-the epoch's group key (:mod:`~coded_fl.shuffling.member`).
+the epoch's group key (:mod:`~coded_fl.shuffling.transport.member`).
 
 Members: silos ``0..K-1``, and in the centralized setting the central sender, member ``K``.
 
@@ -42,11 +42,11 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from coded_fl.errors import CodedFLError, ConfigurationError, InputError, RemoteProtocolError
-from coded_fl.shuffling.groupkey import Roster, RosterEntry
-from coded_fl.shuffling.placement import check_storage
-from coded_fl.shuffling.planner import Mode
-from coded_fl.shuffling.session import DeliveryReport, ShuffleMessage
-from coded_fl.shuffling.units import UnitId
+from coded_fl.shuffling.plan.placement import check_storage
+from coded_fl.shuffling.plan.planner import Mode
+from coded_fl.shuffling.plan.units import UnitId
+from coded_fl.shuffling.storage.session import DeliveryReport, ShuffleMessage
+from coded_fl.shuffling.transport.groupkey import Roster, RosterEntry
 
 __all__ = [
     "DeliverReply",
@@ -517,7 +517,7 @@ def roster_from_json(d: Any) -> Roster:
     -------
     Roster
         The roster; its keys and tags are not checked here
-        (:func:`~coded_fl.shuffling.groupkey.check_roster` does).
+        (:func:`~coded_fl.shuffling.transport.groupkey.check_roster` does).
 
     Raises
     ------

@@ -1,7 +1,7 @@
 """What one epoch of the shuffle transport did, as the relay saw it.
 
 :class:`ShuffleResult` (with one :class:`SiloOutcome` per silo) is what
-:meth:`~coded_fl.shuffling.coordinator.RelayCoordinator.finish` returns and
+:meth:`~coded_fl.shuffling.transport.coordinator.RelayCoordinator.finish` returns and
 :meth:`strategies.shuffle.ShuffleRelay.run` hands to the server's code: per-silo outcome, the
 coded and uncoded loads and bytes, errors and refused messages. Plain data, no protocol logic.
 """
@@ -13,9 +13,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from coded_fl.shuffling.theory import worst_case_loads
-from coded_fl.shuffling.units import UnitId
-from coded_fl.shuffling.wire import ShuffleJob
+from coded_fl.shuffling.plan.theory import worst_case_loads
+from coded_fl.shuffling.plan.units import UnitId
+from coded_fl.shuffling.transport.wire import ShuffleJob
 
 __all__ = ["ShuffleResult", "SiloOutcome", "Status"]
 

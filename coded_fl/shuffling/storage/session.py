@@ -1,6 +1,7 @@
 """Sans-IO state machines of one shuffle: a sender, each silo, and the relay between them.
 
-Theory of operation. Every party computes the same :class:`~coded_fl.shuffling.planner.ShufflePlan`
+Theory of operation. Every party computes the same
+:class:`~coded_fl.shuffling.plan.planner.ShufflePlan`
 from the same inputs (manifest, current and next assignment, K, t, mode) and checks its
 ``plan_id``. Then:
 
@@ -15,7 +16,8 @@ from the same inputs (manifest, current and next assignment, K, t, mode) and che
    received, the units that could not be (and the messages and senders they waited for).
 
 Messages are frozen :class:`ShuffleMessage` records. With a 32-byte ``group_key`` (shared by the
-organisation's silos; agreed per epoch in :mod:`~coded_fl.shuffling.groupkey`) each payload is
+organisation's silos; agreed per epoch in :mod:`~coded_fl.shuffling.transport.groupkey`) each
+payload is
 sealed with AES-256-GCM under a fresh random 96-bit nonce, with associated data binding the plan,
 epoch, message index and sender: a corrupted, replayed (other epoch or plan) or re-routed (other
 index or sender) message fails authentication and is refused with
@@ -41,8 +43,8 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from coded_fl.errors import InputError, LocalProtocolError, RemoteProtocolError
 from coded_fl.shuffling.codec import SegmentBuffer, decode, encode
-from coded_fl.shuffling.planner import CENTRAL, ShufflePlan
-from coded_fl.shuffling.units import UnitId
+from coded_fl.shuffling.plan.planner import CENTRAL, ShufflePlan
+from coded_fl.shuffling.plan.units import UnitId
 
 __all__ = [
     "DeliveryReport",
@@ -70,7 +72,7 @@ class ShuffleMessage:
     index : int
         The message's index in the plan.
     sender : int
-        The silo that sends it, or :data:`~coded_fl.shuffling.planner.CENTRAL`.
+        The silo that sends it, or :data:`~coded_fl.shuffling.plan.planner.CENTRAL`.
     nonce : bytes
         The 12-byte AES-GCM nonce; empty without a group key.
     body : bytes
@@ -90,8 +92,8 @@ class ShuffleMessage:
 
     @property
     def wire_bytes(self) -> int:
-        """Bytes on the wire, as :func:`~coded_fl.shuffling.wire.encode_message` writes them:
-        plan id, epoch, index and sender (8 bytes each), the nonce's length (1 byte), the
+        """Bytes on the wire, as :func:`~coded_fl.shuffling.transport.wire.encode_message` writes
+        them: plan id, epoch, index and sender (8 bytes each), the nonce's length (1 byte), the
         nonce and the body."""
         return len(self.plan_id) + 24 + 1 + len(self.nonce) + len(self.body)
 
@@ -231,7 +233,7 @@ class DeliveryReport:
     missing_messages : tuple of int
         The messages routed to it that it did not take.
     waiting_on : tuple of int
-        The senders of those messages (silos, or :data:`~coded_fl.shuffling.planner.CENTRAL`).
+        The senders of those messages (silos, or :data:`~coded_fl.shuffling.plan.planner.CENTRAL`).
     """
 
     silo: int
@@ -258,7 +260,7 @@ class SiloSession:
         This silo's index, ``0..K-1``.
     data
         The silo's buffer: its units in full and its cached subfiles
-        (:func:`~coded_fl.shuffling.silo.load_silo`); decoded rows are written into it.
+        (:func:`~coded_fl.shuffling.storage.silo.load_silo`); decoded rows are written into it.
     epoch
         The shuffle's epoch (messages of another epoch are refused).
     group_key
@@ -399,7 +401,8 @@ class RelaySession:
     Parameters
     ----------
     plan
-        The shuffle's plan (the relay's own, :func:`~coded_fl.shuffling.routing.relay_plan`,
+        The shuffle's plan (the relay's own,
+        :func:`~coded_fl.shuffling.transport.routing.relay_plan`,
         has the same messages, senders and receivers).
     epoch
         The shuffle's epoch.

@@ -37,7 +37,7 @@ One group key per (epoch, roster): every box has a fresh random nonce
 (:func:`~coded_fl.crypto.seal`), so sealing twice is safe, but a second call of
 :func:`make_group_key` draws a second group key; the leader's caller keeps the boxes it made and
 hands the same ones out again if asked twice, so every member opens the same key
-(:class:`~coded_fl.shuffling.member.ShuffleMember` does).
+(:class:`~coded_fl.shuffling.transport.member.ShuffleMember` does).
 
 >>> import os
 >>> from coded_fl.crypto import KeyPair

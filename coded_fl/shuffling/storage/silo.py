@@ -1,7 +1,7 @@
 """A silo's store meets a plan: initial placement, side information, committing a delivery.
 
-Four steps connect a silo's :class:`~coded_fl.shuffling.store.UnitStore` (which knows nothing
-about plans) with a :class:`~coded_fl.shuffling.planner.ShufflePlan`:
+Four steps connect a silo's :class:`~coded_fl.shuffling.storage.store.UnitStore` (which knows
+nothing about plans) with a :class:`~coded_fl.shuffling.plan.planner.ShufflePlan`:
 
 - :func:`install_silo` fills a store for the plan's current epoch from full data (provisioning:
   the first placement, or a simulation);
@@ -12,7 +12,8 @@ about plans) with a :class:`~coded_fl.shuffling.planner.ShufflePlan`:
 - :func:`commit_delivery` commits what a delivery brought, in one atomic manifest switch, and
   drops the units the silo gives up only when the delivery is complete.
 
-The member's machine (:mod:`~coded_fl.shuffling.member`) uses the last three in every epoch;
+The member's machine (:mod:`~coded_fl.shuffling.transport.member`) uses the last three in every
+epoch;
 the in-memory harness (``simulations/runtime/shuffle_harness.py``, a test and simulation helper
 outside the library) uses :func:`load_silo` and :func:`commit_delivery` from here.
 """
@@ -25,10 +26,10 @@ import numpy as np
 
 from coded_fl.errors import InputError
 from coded_fl.shuffling.codec import SegmentBuffer, cached_subfiles
-from coded_fl.shuffling.planner import ShufflePlan
-from coded_fl.shuffling.session import DeliveryReport
-from coded_fl.shuffling.store import UnitStore
-from coded_fl.shuffling.units import UnitId
+from coded_fl.shuffling.plan.planner import ShufflePlan
+from coded_fl.shuffling.plan.units import UnitId
+from coded_fl.shuffling.storage.session import DeliveryReport
+from coded_fl.shuffling.storage.store import UnitStore
 
 __all__ = ["check_holdings", "commit_delivery", "install_silo", "load_silo"]
 
@@ -161,7 +162,7 @@ def commit_delivery(
     units
         The units the delivery completed (decoded and SHA-256 verified), by unit id.
     report
-        The silo's delivery report (:meth:`~coded_fl.shuffling.session.SiloSession.finish`).
+        The silo's delivery report (:meth:`~coded_fl.shuffling.storage.session.SiloSession.finish`).
     epoch
         The epoch the store moves to if the report is complete.
 

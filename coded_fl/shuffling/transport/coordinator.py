@@ -3,12 +3,12 @@
 Theory of operation
 -------------------
 A :class:`RelayCoordinator` drives one epoch through the five stages of
-:mod:`~coded_fl.shuffling.wire`; no socket, no Flower. The transport (the Flower server,
-:mod:`strategies.shuffle`, or :func:`~coded_fl.shuffling.loopback.run_loopback`) sends the
+:mod:`~coded_fl.shuffling.transport.wire`; no socket, no Flower. The transport (the Flower server,
+:mod:`strategies.shuffle`, or :func:`~coded_fl.shuffling.transport.loopback.run_loopback`) sends the
 requests it returns, hands every reply to :meth:`RelayCoordinator.receive`, tells it about
 members that errored or missed a deadline (:meth:`RelayCoordinator.fail`), and calls the
 stage's ``close_*`` at the deadline. :meth:`RelayCoordinator.finish` says what happened
-(:class:`~coded_fl.shuffling.results.ShuffleResult`), at any point.
+(:class:`~coded_fl.shuffling.transport.results.ShuffleResult`), at any point.
 :meth:`RelayCoordinator.steps` lists the stages after the hello for a driver's loop.
 
 Rules:
@@ -39,12 +39,12 @@ Transition table (``done``: aborted, when nothing useful can follow)::
     shared no group key; close_join if the central sender did not join; close_plan if no
     member (or not the central sender) made a plan.
 
-What the relay knows: the public :class:`~coded_fl.shuffling.wire.ShuffleJob`, the members'
-public keys, and its own routing plan (:func:`relay_plan`: the plan's messages, senders and
+What the relay knows: the public :class:`~coded_fl.shuffling.transport.wire.ShuffleJob`, the
+members' public keys, and its own routing plan (:func:`relay_plan`: the plan's messages, senders and
 receivers, computed from the job alone). It never holds a key, a unit, a hash or a length: the
 silos' plan id (which covers the manifest) comes from the members, who must agree on it.
-Routing (:mod:`~coded_fl.shuffling.routing`: :func:`relay_plan`, plan-id agreement,
-forwarding with byte counts) and the result types (:mod:`~coded_fl.shuffling.results`) are
+Routing (:mod:`~coded_fl.shuffling.transport.routing`: :func:`relay_plan`, plan-id agreement,
+forwarding with byte counts) and the result types (:mod:`~coded_fl.shuffling.transport.results`) are
 pure code in their own modules, re-exported here.
 
 Robustness: a member that drops, errors or misses a deadline is named; the epoch goes on without
@@ -67,12 +67,12 @@ from enum import Enum
 from typing import Any
 
 from coded_fl.errors import InputError, LocalProtocolError, RemoteProtocolError
-from coded_fl.shuffling.groupkey import Roster
-from coded_fl.shuffling.planner import CENTRAL
-from coded_fl.shuffling.results import ShuffleResult, SiloOutcome, Status
-from coded_fl.shuffling.routing import Traffic, agreed_plan_id, forward, relay_plan
-from coded_fl.shuffling.units import UnitId
-from coded_fl.shuffling.wire import (
+from coded_fl.shuffling.plan.planner import CENTRAL
+from coded_fl.shuffling.plan.units import UnitId
+from coded_fl.shuffling.transport.groupkey import Roster
+from coded_fl.shuffling.transport.results import ShuffleResult, SiloOutcome, Status
+from coded_fl.shuffling.transport.routing import Traffic, agreed_plan_id, forward, relay_plan
+from coded_fl.shuffling.transport.wire import (
     DeliverReply,
     DeliverRequest,
     GroupKeyReply,
