@@ -298,3 +298,13 @@ def test_peek_header_reads_the_header_alone():
     head = peek_header(raw[:HEADER_BYTES])
     assert head == (Upload, msg.digest, msg.round, msg.sender, msg.recipient)
     assert peek_type(raw) is Upload
+
+
+def test_every_message_type_has_one_codec_and_a_distinct_wire_type():
+    from coded_fl.secagg.messages import Message
+    from coded_fl.secagg.messages.codecs import CODECS
+    from coded_fl.secagg.messages.records import TYPES
+
+    concrete = {c for c in Message.__subclasses__()}
+    assert set(CODECS) == set(TYPES.values()) == concrete
+    assert len(TYPES) == len(concrete)  # no two classes share a type byte
