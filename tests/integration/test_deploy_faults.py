@@ -334,9 +334,16 @@ def test_restarted_supernodes_rejoin_with_new_keys_after_an_aborted_round(
     rounds = rep["rounds"]
     silos = {v: int(k) for k, v in rep["silos"].items()}
     assert rounds[0]["ok"]
-    # round 2 had only site 2's upload (the others lost their keys or were down): aborted, model
-    # unchanged, and the run went on
-    assert not rounds[1]["ok"] and rounds[1]["reason"], rounds[1]
+    # where the restart lands decides round 2, and both are the designed behaviour: mid-round,
+    # round 2 has only site 2's upload (the others lost their keys or were down) and is aborted,
+    # model unchanged, and a later round rekeys them; with both sites back before round 2 asks
+    # them (a CI run on a fast set-up), they refuse with NEEDS_KEYS and round 2 rekeys them and
+    # completes. Never does a round complete without the rekey of the restarted sites.
+    second = rounds[1]
+    if second["ok"]:
+        assert set(second["rekeyed_sites"]) == {"site0", "site1"}, second
+    else:
+        assert second["reason"], second
     rekeyed = [r for r in rounds if r["rekeyed"]]
     assert rekeyed and set(rekeyed[0]["rekeyed_sites"]) <= {"site0", "site1"}, rounds
     assert all(r["ok"] for r in rounds if r["round"] >= rekeyed[-1]["round"]), (
