@@ -302,8 +302,7 @@ def test_peek_header_reads_the_header_alone():
 
 def test_every_message_type_has_one_codec_and_a_distinct_wire_type():
     from coded_fl.secagg.messages import Message
-    from coded_fl.secagg.messages.codecs import CODECS
-    from coded_fl.secagg.messages.records import TYPES
+    from coded_fl.secagg.messages.codecs import CODECS, TYPES
 
     concrete = {c for c in Message.__subclasses__()}
     assert set(CODECS) == set(TYPES.values()) == concrete

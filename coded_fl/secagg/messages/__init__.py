@@ -17,14 +17,15 @@ m elements, s + 1 weight rows, fixed key and sealed-share sizes). A receiver tha
 configuration reads the type first (:func:`peek_header`) and decodes with its limits.
 
 Modules: :mod:`~coded_fl.secagg.messages.records` (the message dataclasses, refusal codes,
-:class:`Limits`), :mod:`~coded_fl.secagg.messages.framing` (the header and the shared
+:class:`Limits`), :mod:`~coded_fl.secagg.messages.framing` (the header's layout and the shared
 bounds-checked reader), :mod:`~coded_fl.secagg.messages.codecs` (each type's writer and reader
-side by side, in one registry) and :mod:`~coded_fl.secagg.messages.wire` (:func:`encode`,
-:func:`decode`). A new message type is a dataclass in ``records`` and a writer/reader pair and
-one registry line in ``codecs``.
+side by side, in one registry, from which the type bytes' map is derived) and
+:mod:`~coded_fl.secagg.messages.wire` (:func:`encode`, :func:`decode`, :func:`peek_header`).
+A new message type is a dataclass in ``records`` and a writer/reader pair and one registry line
+in ``codecs``.
 """
 
-from coded_fl.secagg.messages.framing import HEADER_BYTES, Header, peek_header, peek_type
+from coded_fl.secagg.messages.framing import HEADER_BYTES
 from coded_fl.secagg.messages.records import (
     MAX_CONFIG_BYTES,
     SERVER,
@@ -44,7 +45,14 @@ from coded_fl.secagg.messages.records import (
     TrainRequest,
     Upload,
 )
-from coded_fl.secagg.messages.wire import decode, encode, encode_parts
+from coded_fl.secagg.messages.wire import (
+    Header,
+    decode,
+    encode,
+    encode_parts,
+    peek_header,
+    peek_type,
+)
 
 __all__ = [
     "HEADER_BYTES",

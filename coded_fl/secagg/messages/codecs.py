@@ -103,8 +103,7 @@ def _read_key_request(r: Reader, head: Head, lim: Limits | None, sz: Sizes) -> M
     (size,) = r.unpack("<I")
     if size > MAX_CONFIG_BYTES:
         raise RemoteProtocolError(f"configuration of {size} bytes exceeds {MAX_CONFIG_BYTES} bytes")
-    msg = KeyRequest(**head, config=bytes(r.take(size)))
-    return msg
+    return KeyRequest(**head, config=bytes(r.take(size)))
 
 
 # ----------------------------------------------------------------------------- KeyReply
@@ -115,8 +114,7 @@ def _write_key_reply(msg: KeyReply, parts: Parts) -> None:
 def _read_key_reply(r: Reader, head: Head, lim: Limits | None, sz: Sizes) -> Message:
     public_key = r.blob(sz.key_size, "public key")
     identity, signature = r.credential()
-    msg = KeyReply(**head, public_key=public_key, identity=identity, signature=signature)
-    return msg
+    return KeyReply(**head, public_key=public_key, identity=identity, signature=signature)
 
 
 # ----------------------------------------------------------------------------- TrainRequest
@@ -147,7 +145,7 @@ def _read_train_request(r: Reader, head: Head, lim: Limits | None, sz: Sizes) ->
     edge_keys = tuple((*r.unpack("<iII"), r.blob(sz.box_size, "sealed edge key")) for _ in range(n))
     n = r.count(12, None if sz.edges is None else sz.edges * lim.silos, "deal")  # type: ignore[union-attr]
     deal = tuple(r.unpack("<IIi") for _ in range(n))
-    msg = TrainRequest(
+    return TrainRequest(
         **head,
         roster=roster,
         credentials=creds,
@@ -155,7 +153,6 @@ def _read_train_request(r: Reader, head: Head, lim: Limits | None, sz: Sizes) ->
         edge_keys=edge_keys,  # type: ignore[arg-type]
         deal=deal,  # type: ignore[arg-type]
     )
-    return msg
 
 
 # ----------------------------------------------------------------------------- Upload
@@ -195,7 +192,7 @@ def _read_upload(r: Reader, head: Head, lim: Limits | None, sz: Sizes) -> Messag
     dealt = tuple((*r.unpack("<iII"), r.blob(sz.box_size, "sealed edge key")) for _ in range(n))
     n = r.count(12, sz.edges, "edge confirmations")
     confirms = tuple((*r.unpack("<II"), r.blob(sz.tag_size, "edge tag")) for _ in range(n))
-    msg = Upload(
+    return Upload(
         **head,
         masked=masked,
         shares=shares,
@@ -204,7 +201,6 @@ def _read_upload(r: Reader, head: Head, lim: Limits | None, sz: Sizes) -> Messag
         dealt=dealt,  # type: ignore[arg-type]
         confirms=confirms,  # type: ignore[arg-type]
     )
-    return msg
 
 
 # ----------------------------------------------------------------------------- RecoveryRequest
@@ -261,7 +257,7 @@ def _read_recovery_request(r: Reader, head: Head, lim: Limits | None, sz: Sizes)
                 f"{len(token)} bytes; expected exactly one ({list(sz.share_sizes or ())} or "
                 f"{list(signed_sizes(TOKEN_BYTES))})"
             )
-    msg = RecoveryRequest(
+    return RecoveryRequest(
         **head,
         survivors=survivors,
         weights=weights,
@@ -270,7 +266,6 @@ def _read_recovery_request(r: Reader, head: Head, lim: Limits | None, sz: Sizes)
         tokens=tokens,
         credentials=signed_or_empty(tuple(c for _, c in signed)),
     )
-    return msg
 
 
 # ----------------------------------------------------------------------------- RecoveryReply
@@ -291,8 +286,7 @@ def _read_recovery_reply(r: Reader, head: Head, lim: Limits | None, sz: Sizes) -
         )
     if rows * cols * 4 > r.left():
         raise RemoteProtocolError("message is truncated or has a bad length field")
-    msg = RecoveryReply(**head, rows=r.vector(rows * cols).reshape(rows, cols))
-    return msg
+    return RecoveryReply(**head, rows=r.vector(rows * cols).reshape(rows, cols))
 
 
 # ----------------------------------------------------------------------------- Refusal
@@ -326,7 +320,7 @@ def _read_refusal(r: Reader, head: Head, lim: Limits | None, sz: Sizes) -> Messa
     evidence = r.blob_in(SIGNATURE_SIZES, "accusation signature")
     if evidence and reason != RefusalCode.ACCUSES:
         raise RemoteProtocolError(f"a {reason.label} refusal carries an accusation signature")
-    msg = Refusal(
+    return Refusal(
         **head,
         code=reason,
         accused=None if accused == NO_SILO else accused,
@@ -334,7 +328,6 @@ def _read_refusal(r: Reader, head: Head, lim: Limits | None, sz: Sizes) -> Messa
         bound=bound,
         evidence=evidence,
     )
-    return msg
 
 
 # ----------------------------------------------------------------------------- RevealRequest
@@ -359,7 +352,7 @@ def _read_reveal_request(r: Reader, head: Head, lim: Limits | None, sz: Sizes) -
     accuser_key = r.blob(sz.key_size, "public key")
     credential = r.credential()
     accusation = r.blob_in(SIGNATURE_SIZES, "accusation signature")
-    msg = RevealRequest(
+    return RevealRequest(
         **head,
         accuser=accuser,
         derived=bool(flag),
@@ -369,7 +362,6 @@ def _read_reveal_request(r: Reader, head: Head, lim: Limits | None, sz: Sizes) -
         accuser_credential=credential,
         accusation=accusation,
     )
-    return msg
 
 
 # ----------------------------------------------------------------------------- Reveal
@@ -379,8 +371,7 @@ def _write_reveal(msg: Reveal, parts: Parts) -> None:
 
 def _read_reveal(r: Reader, head: Head, lim: Limits | None, sz: Sizes) -> Message:
     (accuser,) = r.unpack("<i")
-    msg = Reveal(**head, accuser=accuser, secret=r.blob(EPHEMERAL_BYTES, "revealed scalar"))
-    return msg
+    return Reveal(**head, accuser=accuser, secret=r.blob(EPHEMERAL_BYTES, "revealed scalar"))
 
 
 #: Every message type's writer and reader, by class.
@@ -395,3 +386,6 @@ CODECS: dict[type[Message], Codec] = {
     RevealRequest: Codec(_write_reveal_request, _read_reveal_request),
     Reveal: Codec(_write_reveal, _read_reveal),
 }
+
+#: The message class of each wire type byte (what a header names), from the same registry.
+TYPES: dict[int, type[Message]] = {cls.TYPE: cls for cls in CODECS}

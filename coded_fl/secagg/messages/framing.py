@@ -1,10 +1,9 @@
-"""The framing every message shares: the common header, length-prefixed byte strings, uint32
-vectors, signed entries, and the bounds-checked :class:`Reader`."""
+"""The framing every message shares: the common header's layout, length-prefixed byte strings,
+uint32 vectors, signed entries, and the bounds-checked :class:`Reader`."""
 
 from __future__ import annotations
 
 import struct
-from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -12,7 +11,7 @@ import torch
 from coded_fl.errors import InputError, RemoteProtocolError
 from coded_fl.secagg.evidence import SIGNATURE_SIZES
 from coded_fl.secagg.identity import check_credential_sizes
-from coded_fl.secagg.messages.records import MAGIC, SERVER, TYPES, VERSION, Message
+from coded_fl.secagg.messages.records import SERVER
 
 HEADER = struct.Struct("<3sBB8sQii")
 
@@ -214,94 +213,3 @@ def signed_or_empty(creds: tuple[tuple[bytes, bytes], ...]) -> tuple[tuple[bytes
         One (identity, signature) pair per entry, as read.
     """
     return creds if any(i or g for i, g in creds) else ()
-
-
-def header_type(header: tuple[Any, ...]) -> type[Message]:
-    """The message class a header names, after its magic and version are checked.
-
-    Parameters
-    ----------
-    header
-        The unpacked header fields.
-
-    Raises
-    ------
-    RemoteProtocolError
-        If the magic, the version or the type is not this side's.
-    """
-    magic, version, kind = header[:3]
-    if magic != MAGIC:
-        raise RemoteProtocolError("not a coded-fl message (bad magic)")
-    if version != VERSION:
-        raise RemoteProtocolError(
-            f"message version {version} is not supported (this side speaks {VERSION}); "
-            "run the same coded-fl version on the server and the silos"
-        )
-    cls = TYPES.get(kind)
-    if cls is None:
-        raise RemoteProtocolError(f"unknown message type {kind}")
-    return cls
-
-
-class Header(NamedTuple):
-    """The common header of an encoded message (what :func:`peek_header` reads).
-
-    Parameters
-    ----------
-    type
-        The message class the header names.
-    digest, round, sender, recipient
-        The header fields (see the module docstring).
-    """
-
-    type: type[Message]
-    digest: bytes
-    round: int
-    sender: int
-    recipient: int
-
-
-def peek_header(buf: bytes | bytearray | memoryview) -> Header:
-    """The header of an encoded message, read without parsing its body.
-
-    Parameters
-    ----------
-    buf
-        The encoded message, or at least its first ``HEADER_BYTES`` bytes.
-
-    Returns
-    -------
-    Header
-        The message class, the configuration digest, the round, the sender and the recipient.
-
-    Raises
-    ------
-    RemoteProtocolError
-        If the header is short, not coded-fl's, of another version or of an unknown type.
-    """
-    if len(buf) < HEADER.size:
-        raise RemoteProtocolError("message is shorter than its header")
-    header = HEADER.unpack(bytes(buf[: HEADER.size]))
-    _, _, _, digest, round_, sender, recipient = header
-    return Header(header_type(header), bytes(digest), round_, sender, recipient)
-
-
-def peek_type(buf: bytes | bytearray | memoryview) -> type[Message]:
-    """The type of an encoded message, read from its header alone (the body is not parsed).
-
-    Parameters
-    ----------
-    buf
-        The encoded message, or at least its first ``HEADER_BYTES`` bytes.
-
-    Returns
-    -------
-    type[Message]
-        The message class named by the header.
-
-    Raises
-    ------
-    RemoteProtocolError
-        If the header is short, not coded-fl's, of another version or of an unknown type.
-    """
-    return peek_header(buf).type

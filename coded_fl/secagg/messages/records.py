@@ -300,19 +300,3 @@ class Limits:
             sealed_share_bytes=EPHEMERAL_BYTES + sealed_payload_bytes(m),
             edges=len(cfg.mask_edges),
         )
-
-
-TYPES: dict[int, type[Message]] = {
-    cls.TYPE: cls
-    for cls in (
-        KeyRequest,
-        KeyReply,
-        TrainRequest,
-        Upload,
-        RecoveryRequest,
-        RecoveryReply,
-        Refusal,
-        RevealRequest,
-        Reveal,
-    )
-}
