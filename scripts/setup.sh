@@ -49,6 +49,15 @@ fill_kernel_cache() {
   echo "$kwant" > "$kstamp"
 }
 
+# the project's own bytecode: an editable install leaves its sources uncompiled, and where
+# PYTHONDONTWRITEBYTECODE is set (as on CI's machines) no process caches it, so every ClientApp,
+# Ray worker and SuperNode process compiled coded_fl and the adapters again (about 1 s of CPU
+# each). compileall writes whatever the variable says and skips what is current; a source
+# edited later is compiled in memory until the next set-up (or written, where caching is on)
+compile_sources() {
+  "$py" -m compileall -q -j 0 coded_fl coded_fl_flower strategies clients simulations >/dev/null
+}
+
 stamp="$root/.codedfl-setup-stamp"
 want="$("$py" -c 'import sys; print(sys.executable)') $(sha256sum pyproject.toml | cut -c1-16)"
 # (run from outside the checkout: coded_fl must resolve to this checkout's copy; a set-up run
@@ -58,6 +67,7 @@ installed() {
 sys.exit(pathlib.Path(coded_fl.__file__).resolve().parents[1] != pathlib.Path(sys.argv[1]).resolve())' "$root") 2>/dev/null
 }
 if [[ -f "$stamp" && "$(cat "$stamp")" == "$want" ]] && installed; then
+  compile_sources
   fill_kernel_cache
   exit 0
 fi
@@ -103,4 +113,5 @@ else
 fi
 "$py" -c 'import coded_fl, torch, flwr, galois, numba, cryptography; print("setup: ok (torch", torch.__version__, "| flwr", flwr.__version__, "| python", __import__("sys").version.split()[0] + ")")'
 echo "$want" > "$stamp"
+compile_sources
 fill_kernel_cache

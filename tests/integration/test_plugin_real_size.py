@@ -106,10 +106,11 @@ ROWS, SMALL, LR = 2_500_000, 1_000, 2.0
 
 @pytest.mark.integration
 @pytest.mark.slow
-@pytest.mark.parametrize("attempt", [1, 2, 3])
-def test_a_25_million_parameter_model_is_never_silently_clipped(tmp_path, attempt):
-    # three runs, each with its own session (rounding keys and training seeds): a clip signal
-    # that can round to zero was missed in one run of two in the report
+def test_a_25_million_parameter_model_is_never_silently_clipped(tmp_path):
+    # one run: the clip signal is integer counts that quantization keeps exactly under every
+    # rounding key (tests/unit/test_layout_clip.py draws the sessions and keys; the rate sent
+    # before, which rounded to zero in one run of two in the report, is no longer sent), so a
+    # repeat of this run with a fresh session tests nothing more
     conf = f"embedding-rows={ROWS} examples-per-partition={SMALL} learning-rate={LR}"
     out, models = run_guided(PROJECT, tmp_path, num_supernodes=N, run_config=conf)
     assert "[coded-fl] round 1: used" in out, out[-3000:]
@@ -124,7 +125,7 @@ def test_a_25_million_parameter_model_is_never_silently_clipped(tmp_path, attemp
     clip = float(widened[-1][0]) if widened else 1.0
     weight_bound = int(raised[-1][0]) if raised else 1024
 
-    task = project_task(tmp_path / "quickstart", f"quickstart_25m_{attempt}")
+    task = project_task(tmp_path / "quickstart", "quickstart_25m")
     initial = torch.load(models / "initial_model.pt")
     final = torch.load(models / "final_model.pt")
     assert sum(v.numel() for v in initial.values()) >= 25_000_000
