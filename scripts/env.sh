@@ -9,3 +9,8 @@ export RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO=0
 # numba's compiled kernels: one folder for every copy of the code (coded_fl/kernels/cache.py),
 # filled by scripts/setup.sh
 export CODED_FL_KERNEL_CACHE=${CODED_FL_KERNEL_CACHE:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/.kernel-cache}
+# cache bytecode even where the machine turns it off (PYTHONDONTWRITEBYTECODE, as on CI's): a
+# run starts many processes (Ray workers, SuperNodes, a ClientApp per message, xdist workers),
+# each of which otherwise compiles what it imports that no set-up compiled (the test modules'
+# assertion rewrite included)
+unset PYTHONDONTWRITEBYTECODE

@@ -7,10 +7,6 @@ bash scripts/setup.sh
 py=${CODED_FL_PYTHON:-${VIRTUAL_ENV:+$VIRTUAL_ENV/bin/python}}
 py=${py:-.venv/bin/python}
 source scripts/env.sh
-# cache bytecode even where the machine turns it off (PYTHONDONTWRITEBYTECODE, as on CI's):
-# the suite starts hundreds of processes (Ray workers, SuperNodes, ClientApps, xdist workers),
-# each of which otherwise compiles its imports and rewrites the test modules from source
-unset PYTHONDONTWRITEBYTECODE
 if [[ "${TEST_ALL:-0}" == "1" ]]; then sel=(); else sel=(-m "not slow"); fi
 # one worker per core (TEST_WORKERS=0: in this process); a module's tests stay on one worker,
 # so its module-scoped fixtures (a Flower simulation, a wheel) run once

@@ -1,4 +1,5 @@
-"""``python -m simulations.bench``: the command line (``.ci/run`` runs ``all --quick --jobs 2``)."""
+"""``python -m simulations.bench``: the command line (``.ci/run`` runs ``all --quick --jobs 1``,
+beside its slow tests)."""
 
 from __future__ import annotations
 
