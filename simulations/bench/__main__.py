@@ -70,14 +70,13 @@ def main(argv: list[str] | None = None) -> int:
         "--jobs",
         type=int,
         default=1,
-        help="for 'all': run this many benchmarks at once, each in its own process (CI: 1, "
-        "beside its slow tests)",
+        help="for 'all': run this many benchmarks at once, each in its own process (CI: 2)",
     )
     args = parser.parse_args(argv)
     if args.jobs < 1:
         parser.error(f"--jobs must be at least 1, got {args.jobs}")
     names = sorted(BENCHMARKS) if args.name == "all" else [args.name]
-    if len(names) > 1:  # each in a process of its own (no state carried from one to the next)
+    if len(names) > 1 and args.jobs > 1:
         if args.out:
             Path(args.out).mkdir(parents=True, exist_ok=True)
         failed = _in_children(names, args)

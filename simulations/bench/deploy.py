@@ -138,7 +138,7 @@ def run(report: Report, *, quick: bool, parts: str | None = None) -> None:
     modes = ["coded"] if quick else [m for m in MODES if m in chosen]
     report.config["parts"] = list(modes)
     slows = [False] if quick else [False, True]
-    timeout = 300.0 if quick else 600.0  # quick: CI runs it beside its slow tests
+    timeout = 120.0 if quick else 600.0
     report.config.update(
         {
             "supernodes": sizes,

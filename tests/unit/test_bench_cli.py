@@ -1,5 +1,4 @@
-"""``python -m simulations.bench``: the command line (``.ci/run`` runs ``all --quick --jobs 1``,
-beside its slow tests)."""
+"""``python -m simulations.bench``: the command line (``.ci/run`` runs ``all --quick --jobs 2``)."""
 
 from __future__ import annotations
 
