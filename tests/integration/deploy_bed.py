@@ -1,7 +1,7 @@
 """The multi-site test bed of the deployment fault tests (``test_deploy_faults`` and
 ``test_deploy_faults_full``): its fixtures and the run helper. Each of the two modules that import
-the fixtures gets its own bed (module scope), so the two run on two workers at once: they are CI's
-longest modules, and mostly wait (SuperNodes poll the SuperLink every 3 s, timeouts run out)."""
+the fixtures gets its own bed (module scope), so the two run on two workers at once (as one
+module they were CI's critical path: 672 s on one worker)."""
 
 from __future__ import annotations
 

@@ -32,12 +32,18 @@ F = PrimeField()
 
 
 def _decode(
-    lay: UpdateLayout, packed: Iterable[torch.Tensor], cfg: QuantizationConfig
+    lay: UpdateLayout,
+    packed: Iterable[torch.Tensor],
+    cfg: QuantizationConfig,
+    *,
+    run_id: str = "clip",
+    server_round: int = 1,
 ) -> DecodedUpdate:
-    """Quantize each partition's vector with its key, add in GF(p), dequantize, unpack."""
+    """Quantize each partition's vector with its key (of run ``run_id``, round
+    ``server_round``), add in GF(p), dequantize, unpack."""
     total, count = None, 0
     for k, v in enumerate(packed):  # one partition's vectors at a time (25 M: 100 MB each)
-        q = quantize(v, cfg, RoundingKey.for_partition("clip", 1, k))
+        q = quantize(v, cfg, RoundingKey.for_partition(run_id, server_round, k))
         total, count = (q if total is None else F.add(total, q)), count + 1
     assert total is not None
     return lay.unpack(dequantize(total, cfg, F), clip_range=cfg.clip_range, num_partitions=count)
@@ -91,21 +97,18 @@ def test_clip_counts_decode_exactly_under_every_session_and_rounding_key(
     cfg = QuantizationConfig.for_summands(len(partitions), clip_range=c, headroom_bits=8)
     lay = UpdateLayout(model_size=d, scale=cfg.scale)
     rng = np.random.default_rng(seed)
-    total, entries, clipped, wide = None, 0, 0, 0
-    for k, (n_beyond, n_wide, rho) in enumerate(partitions):
+    packed, entries, clipped, wide = [], 0, 0, 0
+    for n_beyond, n_wide, rho in partitions:
         x = rng.uniform(-c / 8, c / 8, d)  # inside c / 4
         at = rng.choice(d, n_beyond + n_wide, replace=False)
         signs = rng.choice([-1.0, 1.0], at.size)
         x[at[:n_beyond]] = signs[:n_beyond] * rng.uniform(1.01 * c, 40 * c, n_beyond)
         x[at[n_beyond:]] = signs[n_beyond:] * rng.uniform(0.26 * c, 0.99 * c, n_wide)
-        packed = lay.pack(torch.from_numpy(x.astype(np.float32)), rho=rho, clip_range=c)
-        q = quantize(packed, cfg, RoundingKey.for_partition(run_id, server_round, k))
-        total = q if total is None else F.add(total, q)
+        packed.append(lay.pack(torch.from_numpy(x.astype(np.float32)), rho=rho, clip_range=c))
         entries += n_beyond
         clipped += n_beyond > 0
         wide += n_beyond + n_wide > 0
-    assert total is not None
-    out = lay.unpack(dequantize(total, cfg, F), clip_range=c, num_partitions=len(partitions))
+    out = _decode(lay, packed, cfg, run_id=run_id, server_round=server_round)
     assert (out.clipped_entries, out.clipped_partitions, out.wide_partitions) == (
         entries,
         clipped,
