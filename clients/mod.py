@@ -28,7 +28,8 @@ without coded-fl content is refused with advice: the server must use
 ``coded_fl_flower.CodedSecAgg``.
 
 The protocol's steps around training (seeds, the update layout, the weight bound, the log of
-uploads) are :mod:`coded_fl.secagg.silo`'s; this module translates Flower records.
+uploads) are :mod:`coded_fl.secagg.silo`'s; this module translates Flower records (the calls of
+the train function, one per partition, are :mod:`clients.training`'s).
 
 The train function must be a deterministic function of (model, config, partition data, seed):
 it gets a fresh ``context.state`` for each partition, because replicas of a partition on other
@@ -38,13 +39,11 @@ silos do not share this silo's state.
 from __future__ import annotations
 
 import json
-import logging
 import os
 import tempfile
 import time
 from pathlib import Path
 
-import torch
 from flwr.app import (
     Array,
     ArrayRecord,
@@ -52,19 +51,12 @@ from flwr.app import (
     Context,
     Message,
     MessageType,
-    MetricRecord,
     RecordDict,
 )
 from flwr.clientapp.typing import ClientAppCallable, Mod
 
-from coded_fl.errors import (
-    ConfigurationError,
-    InputError,
-    RemoteProtocolError,
-    WeightBoundError,
-)
+from coded_fl.errors import ConfigurationError, RemoteProtocolError, WeightBoundError
 from coded_fl.kernels import warm_up
-from coded_fl.layout import UpdateLayout, check_same_layout, flatten
 from coded_fl.secagg.client import (
     ClientMachine,
     TrainTask,
@@ -82,35 +74,21 @@ from coded_fl.secagg.messages import (
 )
 from coded_fl.secagg.messages import Message as ProtocolMessage
 from coded_fl.secagg.policy import ClientPolicy
-from coded_fl.secagg.silo import (
-    UploadLog,
-    partition_seed,
-    same_metric_names,
-    seed_everything,
-    silo_layout,
-    weight_ratio,
-)
+from coded_fl.secagg.silo import UploadLog, partition_seed
 from coded_fl.vocabulary import (
     FRAME_ARRAY,
     INFO_KEY,
     METRIC_NAMES_ENTRY,
     MSG_KEY,
-    PARTITION_ENTRY,
-    SEED_ENTRY,
     STATE_KEY,
     TRAIN_KEY,
     TrainSpec,
-    auto_metric_names,
     frame_npy,
     inputs_digest,
-    is_ours,
-    metric_slot_names,
     read_frame,
 )
 
-from .legacy import from_legacy_reply, is_legacy_reply
-
-LOG = logging.getLogger("flwr")
+from .training import _train_partitions
 
 __all__ = ["coded_secagg_mod", "make_coded_secagg_mod", "partition_seed"]
 
@@ -314,111 +292,3 @@ def _model_digest(msg: Message, spec: TrainSpec | None = None) -> bytes:
     if spec is None:  # parsed here only when the caller has not parsed it already
         spec = TrainSpec.from_dict(dict(msg.content[TRAIN_KEY].items()))
     return inputs_digest(msg.content, spec)
-
-
-def _train_partitions(
-    msg: Message,
-    context: Context,
-    call_next: ClientAppCallable,
-    task: TrainTask,
-    machine: ClientMachine,
-    spec: TrainSpec | None,
-) -> tuple[list[torch.Tensor], tuple[str, ...] | None]:
-    """Train every partition of the task; the packed partials, and with metric slots the
-    names of the metrics the train function returned (the same for every partition)."""
-    cfg = machine.config
-    if cfg is None:  # pragma: no cover - on_train_request checked it
-        raise ConfigurationError("no protocol configuration")
-    if spec is None:  # _train_spec found no train spec in the request
-        raise RemoteProtocolError(f"train request lacks the '{TRAIN_KEY}' record")
-    if spec.arrays_key not in msg.content:
-        raise RemoteProtocolError(f"train request lacks the model under '{spec.arrays_key}'")
-    model = msg.content[spec.arrays_key]
-    ints = spec.integer_arrays
-    missing = [name for name in ints if name not in model]
-    if missing:
-        raise RemoteProtocolError(f"train spec names integer arrays not in the model: {missing}")
-    theta = flatten(model, integers=ints)
-    lay = silo_layout(model, theta, spec, cfg)
-    K = cfg.gradient_code.K
-    original = msg.content
-    partials = []
-    named: dict[int, tuple[str, ...]] = {}
-    try:
-        for k in task.partitions:
-            seed = partition_seed(cfg.seed_id, task.round, k)
-            seed_everything(seed)
-            # the user's function sees an ordinary train message: no coded-fl records
-            sub = RecordDict({n: r for n, r in original.items() if not is_ours(n)})
-            if spec.config_key in sub:
-                conf = ConfigRecord(dict(sub.config_records[spec.config_key].items()))
-            else:
-                conf = ConfigRecord()
-            conf[PARTITION_ENTRY] = k
-            conf[SEED_ENTRY] = seed
-            sub[spec.config_key] = conf
-            msg.content = sub
-            sub_ctx = Context(
-                run_id=context.run_id,
-                node_id=context.node_id,
-                node_config={**context.node_config, "partition-id": k, "num-partitions": K},
-                state=RecordDict(),
-                run_config=context.run_config,
-            )
-            reply = call_next(msg, sub_ctx)
-            partial, named[k] = _partial(reply, model, theta, spec, lay, cfg.clip_range, k)
-            partials.append(partial)
-    finally:
-        msg.content = original
-    if not spec.metric_slots:
-        return partials, None
-    return partials, same_metric_names(named)
-
-
-def _partial(
-    reply: Message,
-    model: object,
-    theta: torch.Tensor,
-    spec: TrainSpec,
-    lay: UpdateLayout,
-    c: float,
-    k: int,
-) -> tuple[torch.Tensor, tuple[str, ...]]:
-    """Partition k's packed vector, and the names of its metrics (with metric slots)."""
-    who = f"the train function (partition {k})"
-    if reply.has_error():
-        raise InputError(f"{who} failed: {reply.error.reason}")
-    content = reply.content
-    if is_legacy_reply(content):  # a NumPyClient app (client_fn): Flower's FitRes records
-        content = from_legacy_reply(content, model, spec, who=who)  # type: ignore[arg-type]
-    arrays = content.get(spec.arrays_key)
-    if arrays is None:
-        raise InputError(f"{who} returned no ArrayRecord under '{spec.arrays_key}'")
-    check_same_layout(arrays, model, who=who, integers=lay.integer_names)  # type: ignore[arg-type]
-    metrics = next(
-        (r for r in content.values() if isinstance(r, MetricRecord) and spec.weight_key in r), None
-    )
-    if metrics is None:
-        raise InputError(f"{who} returned no MetricRecord with '{spec.weight_key}'")
-    w = float(metrics[spec.weight_key])  # type: ignore[arg-type]
-    rho = weight_ratio(w, spec, who=who, log=LOG)
-    names: tuple[str, ...] = ()
-    if spec.metric_keys:
-        values = {name: float(metrics.get(name, 0.0)) for name in spec.metric_keys}  # type: ignore[arg-type]
-    else:  # the slots carry its numeric metrics, by name (the reply names them)
-        names = auto_metric_names(metrics, spec.weight_key)
-        slots = zip(metric_slot_names(spec.metric_slots), names, strict=False)
-        values = {slot: float(metrics[name]) for slot, name in slots}  # type: ignore[arg-type]
-    try:
-        packed = lay.pack_arrays(
-            arrays,
-            theta,
-            rho=rho,
-            clip_range=c,
-            metrics=values,
-            delta_scale=spec.delta_scale,
-            examples=w,
-        )
-    except InputError as exc:
-        raise InputError(f"{who}: {exc}") from None
-    return packed, names

@@ -14,45 +14,31 @@ had sent it, so server-side optimisers (FedAdam, FedYogi, FedAvgM, ...) work unc
 is the wrapped strategy's, passed through. A round that cannot complete leaves the model as it
 was and says why.
 
-Length: about 300 lines of code; the rest documents the constructor's settings (the user's
-reference, one public surface kept in one place) and ``start``/``prepare``.
+The class is put together from its parts: the checks of the constructor's settings
+(:mod:`strategies.secagg_checks`), the settings as a protocol configuration
+(:mod:`strategies.secagg_config`), starting a run and the latest run's state
+(:mod:`strategies.secagg_runs`), and Flower's train and evaluate calls
+(:mod:`strategies.secagg_interface`).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import logging
-import math
-import secrets
-import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
-from flwr.serverapp import Grid
-from flwr.serverapp.strategy import Result, Strategy
-from flwr.serverapp.strategy.strategy_utils import log_strategy_start_info
+from flwr.serverapp.strategy import Strategy
 
-from coded_fl.codes import GradientCode
-from coded_fl.errors import CodedFLError, ConfigurationError
-from coded_fl.layout import UpdateLayout, element_count, flatten, integer_names
-from coded_fl.quantize import QuantizationConfig, check_clip_range, check_positive_real
-from coded_fl.secagg import ProtocolConfig, ServerMachine
-from coded_fl.secagg.policy import MIN_SCALE
 from coded_fl.secagg.server import DRIFT_TOLERANCE
-from coded_fl.vocabulary import MAX_DELTA_SCALE, TrainSpec
+from coded_fl.vocabulary import TrainSpec
 
-from .composable import (
-    calibrate_noise,
-    chain_attr,
-    check_composable,
-    check_dp_sampling,
-    legacy_advice,
-    sampled_fraction,
-)
+from .composable import chain_attr
 from .driver import RoundDriver
-from .report import RoundReport, waiting_estimate
-from .run import RunSettings, RunState
+from .report import RoundReport
+from .run import RunState
+from .secagg_checks import check_settings
+from .secagg_interface import WrapperInterface
+from .secagg_runs import RunLifecycle
 from .settings import coded_secagg_settings
 
 __all__ = ["CodedSecAgg", "RoundReport"]
@@ -65,12 +51,8 @@ AUTO_WEIGHT_START = 1024.0
 #: train function usually returns (loss, accuracy, a few more).
 AUTO_METRIC_SLOTS = 8
 
-#: The gradient codes and maskings a run may ask for (ProtocolConfig decides which fit n, s).
-_CODES = ("auto", "plain", "polynomial", "repetition")
-_MASKINGS = ("auto", "shares", "aligned")
 
-
-class CodedSecAgg(Strategy):
+class CodedSecAgg(RunLifecycle, WrapperInterface):
     """Straggler-tolerant secure aggregation wrapped around ``strategy``.
 
     Parameters
@@ -217,72 +199,32 @@ class CodedSecAgg(Strategy):
         poll_interval: float = 0.05,
         progress: Callable[[RoundReport], None] | None = None,
     ) -> None:
-        check_composable(strategy)
-        check_dp_sampling(strategy)
-        if not isinstance(strategy, Strategy):
-            raise ConfigurationError(
-                "strategy must be a flwr.serverapp.strategy.Strategy, got "
-                f"{type(strategy).__name__}" + legacy_advice(strategy)
-            )
-        _check_counts(
+        self.max_delta_scale = check_settings(
+            strategy,
             num_stragglers=num_stragglers,
             privacy_threshold=privacy_threshold,
             recovery_threshold=recovery_threshold,
             num_silos=num_silos,
+            clip_range=clip_range,
+            clip_quorum=clip_quorum,
+            max_clip_range=max_clip_range,
+            scale=scale,
+            max_weight=max_weight,
+            code=code,
+            masking=masking,
             extra_replies=extra_replies,
+            extra_wait=extra_wait,
             headroom_bits=headroom_bits,
+            max_erased_fraction=max_erased_fraction,
+            drift_tolerance=drift_tolerance,
+            max_aborted_rounds=max_aborted_rounds,
+            round_timeout=round_timeout,
+            recovery_timeout=recovery_timeout,
+            key_timeout=key_timeout,
+            node_wait_timeout=node_wait_timeout,
+            evaluate_timeout=evaluate_timeout,
+            poll_interval=poll_interval,
         )
-        for name, value in (
-            ("round_timeout", round_timeout),
-            ("recovery_timeout", recovery_timeout),
-            ("key_timeout", key_timeout),
-            ("node_wait_timeout", node_wait_timeout),
-            ("poll_interval", poll_interval),
-            ("evaluate_timeout", evaluate_timeout),
-        ):
-            if value is not None or name != "evaluate_timeout":
-                _check_real(name, value, least=0.0, strict=True)
-        _check_real("extra_wait", extra_wait, least=0.0, strict=False)
-        if not _is_real(drift_tolerance) or not 0 <= drift_tolerance <= 1:
-            raise ConfigurationError(
-                f"drift_tolerance must be a number in [0, 1] (a fraction of the clip range), "
-                f"got {drift_tolerance!r}"
-            )
-        if isinstance(max_aborted_rounds, bool) or not isinstance(max_aborted_rounds, int):
-            raise ConfigurationError(
-                f"max_aborted_rounds must be an int >= 0, got {max_aborted_rounds!r}"
-            )
-        if max_aborted_rounds < 0:
-            raise ConfigurationError(
-                f"max_aborted_rounds must be an int >= 0 (0: never stop), got {max_aborted_rounds}"
-            )
-        if not _is_real(max_erased_fraction) or not 0 <= max_erased_fraction < 1:
-            raise ConfigurationError(
-                f"max_erased_fraction must be a number in [0, 1), got {max_erased_fraction!r}"
-            )
-        if max_weight is not None and not (
-            _is_real(max_weight) and math.isfinite(max_weight) and max_weight > 0
-        ):
-            raise ConfigurationError(
-                f"max_weight must be a finite number > 0 or None (automatic), got {max_weight!r}"
-            )
-        check_clip_range(clip_range)
-        self.max_delta_scale = _max_delta_scale(clip_range, max_clip_range)
-        if clip_quorum is not None and (
-            isinstance(clip_quorum, bool) or not isinstance(clip_quorum, int) or clip_quorum < 1
-        ):
-            raise ConfigurationError(
-                f"clip_quorum must be an int >= 1 (partitions) or None (automatic), got "
-                f"{clip_quorum!r}"
-            )
-        if scale is not None:
-            check_positive_real("scale", scale)
-        if code not in _CODES:
-            raise ConfigurationError(f"code must be one of {', '.join(_CODES)}, got {code!r}")
-        if masking not in _MASKINGS:
-            raise ConfigurationError(
-                f"masking must be one of {', '.join(_MASKINGS)}, got {masking!r}"
-            )
         if privacy_threshold == 0:
             LOG.warning(
                 "[coded-fl] privacy_threshold=0: silos refuse it by default (their policy's "
@@ -327,30 +269,7 @@ class CodedSecAgg(Strategy):
         #: the state of the latest run (made fresh by every start())
         self._run: RunState | None = None
         self._driver: RoundDriver | None = None
-        if num_silos is not None:  # validate the settings now, before any node is contacted
-            try:
-                checked = self._config(num_silos, vector_length=1, run_id="check")
-            except ConfigurationError as exc:
-                raise self._too_few(num_silos) or exc from None
-            quant = checked.quantization
-            self._quorum(checked.gradient_code)
-        else:  # the quantization at the fewest silos the settings allow (K = n; more is coarser)
-            k = self.min_silos()
-            if scale is None:
-                quant = QuantizationConfig.for_summands(
-                    k, clip_range=clip_range, headroom_bits=headroom_bits
-                )
-            else:
-                quant = QuantizationConfig(clip_range=clip_range, scale=scale, num_summands=k)
-        if quant.scale < MIN_SCALE:
-            LOG.warning(
-                "[coded-fl] the quantization scale is %g (clip_range=%s), below the %g that "
-                "silos accept by default (node config codedfl.min-scale): lower clip_range "
-                "or headroom_bits, or the silos must set codedfl.allow-no-privacy = true",
-                quant.scale,
-                clip_range,
-                MIN_SCALE,
-            )
+        self._check_protocol()
 
     # ------------------------------------------------------------------ Strategy interface
     @classmethod
@@ -386,498 +305,3 @@ class CodedSecAgg(Strategy):
             constructor refuses.
         """
         return cls(strategy, **{**coded_secagg_settings(run_config), **overrides})
-
-    def summary(self) -> None:
-        """Log the coded-fl settings, then the wrapped strategy's summary."""
-        LOG.info(
-            "\t├──> CodedSecAgg: s=%s T=%s U=%s n=%s clip_range=%s code=%s max_weight=%s",
-            self.num_stragglers,
-            self.privacy_threshold,
-            self.recovery_threshold or "n-s",
-            self.num_silos or "all",
-            self.clip_range,
-            self.code,
-            "auto" if self.spec.auto_weight else self.spec.max_weight,
-        )
-        self.strategy.summary()
-
-    def configure_train(
-        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
-    ) -> Iterable[Message]:
-        """The wrapped strategy's train messages (``start`` drives the rounds itself).
-
-        Parameters
-        ----------
-        server_round
-            The Flower round.
-        arrays
-            The current model.
-        config
-            The train config.
-        grid
-            The Flower grid.
-        """
-        raise CodedFLError(
-            "CodedSecAgg runs its own round loop (it must act on the first replies): call "
-            "strategy.start(grid=..., initial_arrays=..., num_rounds=...) instead of driving "
-            "configure_train/aggregate_train yourself"
-        )
-
-    def aggregate_train(
-        self, server_round: int, replies: Iterable[Message]
-    ) -> tuple[ArrayRecord | None, MetricRecord | None]:
-        """The wrapped strategy's aggregate (``start`` hands it the decoded average).
-
-        Parameters
-        ----------
-        server_round
-            The Flower round.
-        replies
-            The replies.
-        """
-        return self.strategy.aggregate_train(server_round, replies)
-
-    def configure_evaluate(
-        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
-    ) -> Iterable[Message]:
-        """The wrapped strategy's evaluation messages, passed through.
-
-        Parameters
-        ----------
-        server_round
-            The Flower round.
-        arrays
-            The current model.
-        config
-            The evaluate config.
-        grid
-            The Flower grid.
-        """
-        return self.strategy.configure_evaluate(server_round, arrays, config, grid)
-
-    def aggregate_evaluate(
-        self, server_round: int, replies: Iterable[Message]
-    ) -> MetricRecord | None:
-        """The wrapped strategy's evaluation aggregate, passed through.
-
-        Parameters
-        ----------
-        server_round
-            The Flower round.
-        replies
-            The evaluation replies.
-        """
-        return self.strategy.aggregate_evaluate(server_round, replies)
-
-    # ------------------------------------------------------------------ configuration
-    def _config(
-        self, n: int, *, vector_length: int, run_id: str, session: str = ""
-    ) -> ProtocolConfig:
-        return ProtocolConfig(
-            num_silos=n,
-            num_stragglers=self.num_stragglers,
-            privacy_threshold=self.privacy_threshold,
-            recovery_threshold=self.recovery_threshold,
-            vector_length=vector_length,
-            clip_range=self.clip_range,
-            scale=self.scale,
-            code=self.code,
-            masking=self.masking,
-            extra_replies=self.extra_replies,
-            headroom_bits=self.headroom_bits,
-            run_id=run_id,
-            session=session,
-        )
-
-    def _wait_for_nodes(self, grid: Grid) -> list[int]:
-        want = self.num_silos or int(chain_attr(self.strategy, "min_available_nodes", 2))
-        deadline = time.monotonic() + self.node_wait_timeout
-        while True:
-            nodes = sorted(grid.get_node_ids())
-            if len(nodes) >= want:
-                return nodes[: self.num_silos] if self.num_silos else nodes
-            if time.monotonic() >= deadline:
-                raise ConfigurationError(
-                    f"only {len(nodes)} nodes connected after {self.node_wait_timeout:.0f}s, "
-                    f"num_silos={want} are needed: start more SuperNodes (or simulation "
-                    "nodes, options.num-supernodes) or lower num_silos"
-                )
-            LOG.info("[coded-fl] waiting for nodes: %d of %d connected", len(nodes), want)
-            time.sleep(min(1.0, max(0.05, deadline - time.monotonic())))
-
-    def gradient_code(self, n: int) -> GradientCode:
-        """The gradient code the settings give for ``n`` silos (its support decides which
-        partitions each silo must hold; a placement derives from it).
-
-        Parameters
-        ----------
-        n
-            The number of silos.
-
-        Returns
-        -------
-        GradientCode
-        """
-        return self._config(n, vector_length=1, run_id="placement").gradient_code
-
-    def min_silos(self) -> int:
-        """The fewest silos the settings work with: T < U <= n - s, so n >= s + max(U, T + 1).
-
-        Returns
-        -------
-        int
-        """
-        s, t = self.num_stragglers, self.privacy_threshold
-        u = self.recovery_threshold
-        return s + max(t + 1, u or 0)
-
-    def _too_few(self, n: int) -> ConfigurationError | None:
-        """The error for a run with fewer silos than the settings need (None if not the case)."""
-        need = self.min_silos()
-        if n >= need:
-            return None
-        u = f", recovery_threshold={self.recovery_threshold}" if self.recovery_threshold else ""
-        return ConfigurationError(
-            f"{n} silos (nodes) are connected, but num_stragglers={self.num_stragglers} and "
-            f"privacy_threshold={self.privacy_threshold}{u} need at least {need} "
-            "(n >= s + max(U, T + 1)): start more SuperNodes (in a simulation: "
-            f'--federation-config "num_supernodes={need}"), or lower num_stragglers / '
-            "privacy_threshold"
-        )
-
-    def _check_inner(self, n: int) -> None:
-        inner = self.strategy
-        for attr in ("min_available_nodes", "min_train_nodes"):
-            v = chain_attr(inner, attr, None)
-            if isinstance(v, int) and v > n:
-                raise ConfigurationError(
-                    f"the wrapped strategy's {attr}={v} exceeds the {n} silos: lower it to <= {n}"
-                )
-        sampled = sampled_fraction(inner)
-        if sampled is not None:  # refused at construction under a DP wrapper
-            LOG.warning(
-                "[coded-fl] %s=%s is ignored: every silo trains its "
-                "partitions in every round (gradient coding needs all of them)",
-                *sampled,
-            )
-
-    # ------------------------------------------------------------------ the run
-    def start(
-        self,
-        grid: Grid,
-        initial_arrays: ArrayRecord,
-        num_rounds: int = 3,
-        timeout: float = 3600,
-        train_config: ConfigRecord | None = None,
-        evaluate_config: ConfigRecord | None = None,
-        evaluate_fn: Callable[[int, ArrayRecord], MetricRecord | None] | None = None,
-        silo_nodes: Sequence[int] | None = None,
-        before_round: Callable[[int], ConfigRecord | None] | None = None,
-    ) -> Result:
-        """Run ``num_rounds`` rounds of coded secure aggregation (see the module docstring).
-
-        Every call is a new run with its own state (keys, reports, estimates): a second
-        ``start`` never mixes with the first.
-
-        Parameters
-        ----------
-        grid
-            The Flower grid.
-        initial_arrays
-            The initial model.
-        num_rounds
-            Rounds to run.
-        timeout
-            Caps every stage deadline (as ``Strategy.start``'s timeout caps each wait for
-            replies); the stage deadlines themselves are the constructor's.
-        train_config, evaluate_config
-            Passed to the wrapped strategy's ``configure_train`` / ``configure_evaluate``.
-        evaluate_fn
-            Server-side evaluation, called with (round, arrays) after every round and before
-            the first.
-        silo_nodes
-            The Flower node of each silo, silo i first at index i (default: the connected
-            nodes in sorted order). A placement by coded shuffling
-            (:class:`strategies.placement.ShuffledTraining`) passes the nodes its shuffle
-            members answered from, so that silo i of the code is the member that holds
-            silo i's partitions.
-        before_round
-            Called with r before round r's train requests (a reshuffle of the data between
-            rounds); the entries it returns are added to that round's train config.
-
-        Returns
-        -------
-        Result
-            Flower's result of the run: the final arrays and the metrics of every round.
-
-        Raises
-        ------
-        ConfigurationError
-            ``num_rounds`` not an int >= 1 or ``timeout`` not > 0 (refused before any message
-            is sent), too few nodes, settings that cannot work with them, or a key exchange
-            that leaves too few silos with keys.
-        """
-        if isinstance(num_rounds, bool) or not isinstance(num_rounds, int) or num_rounds < 1:
-            raise ConfigurationError(
-                f"num_rounds must be an int >= 1, got {num_rounds!r}: pass the number of rounds "
-                "to run, e.g. num_rounds=3 (nothing was sent to any silo)"
-            )
-        if not _is_real(timeout) or math.isnan(timeout) or timeout <= 0:
-            raise ConfigurationError(f"timeout must be a number of seconds > 0, got {timeout!r}")
-        LOG.info("Starting %s strategy:", type(self).__name__)
-        log_strategy_start_info(num_rounds, initial_arrays, train_config, evaluate_config)
-        self.summary()
-        LOG.info("")
-        train_config = ConfigRecord() if train_config is None else train_config
-        evaluate_config = ConfigRecord() if evaluate_config is None else evaluate_config
-        driver = self.prepare(grid, initial_arrays, timeout=timeout, silo_nodes=silo_nodes)
-        return driver.run(
-            initial_arrays, num_rounds, train_config, evaluate_config, evaluate_fn, before_round
-        )
-
-    def prepare(
-        self,
-        grid: Grid,
-        initial_arrays: ArrayRecord,
-        *,
-        timeout: float,
-        silo_nodes: Sequence[int] | None = None,
-    ) -> RoundDriver:
-        """A new run's state and its round driver, before any key exchange (what ``start``
-        does before its first round; the legacy fit workflow drives the rounds itself).
-
-        Parameters
-        ----------
-        grid
-            The Flower grid.
-        initial_arrays
-            The initial model (its size sets the protocol's vector length).
-        timeout
-            Caps every stage deadline.
-        silo_nodes
-            The node of every silo, in silo order (default: the connected nodes).
-
-        Returns
-        -------
-        RoundDriver
-
-        Raises
-        ------
-        ConfigurationError
-            Too few nodes, or settings that cannot work with them.
-        """
-        self._run = self._driver = None
-        nodes = self._wait_for_nodes(grid) if silo_nodes is None else list(silo_nodes)
-        if self.num_silos is not None and len(nodes) != self.num_silos:
-            raise ConfigurationError(
-                f"silo_nodes lists {len(nodes)} nodes but num_silos={self.num_silos}: give one "
-                "node per silo"
-            )
-        n = len(nodes)
-        self._check_inner(n)
-        # integer arrays (BatchNorm counters) are summed exactly, apart from the float model
-        ints = integer_names(initial_arrays)
-        lay = UpdateLayout(
-            model_size=flatten(initial_arrays, integers=ints).numel(),
-            metric_keys=self.spec.packed_metrics,
-            integer_names=ints,
-            integer_size=element_count(initial_arrays, ints),
-        )
-        run_id = f"flwr-run-{getattr(grid.run, 'run_id', 0)}"
-        # a fresh session per start(): silos make new keys and restart their round counter
-        try:
-            cfg = self._config(
-                n, vector_length=lay.length, run_id=run_id, session=secrets.token_hex(8)
-            )
-        except ConfigurationError as exc:
-            raise self._too_few(n) or exc from None
-        # the clip counts travel as multiples of a unit fixed by the quantization scale
-        lay = dataclasses.replace(lay, scale=cfg.quantization.scale)
-        LOG.info("[coded-fl] %s", cfg.describe())
-        LOG.info("[coded-fl] training seeds and rounding keys derive from %r", cfg.seed_id)
-        LOG.info(
-            "[coded-fl] partitions per silo: %s",
-            {i: list(cfg.gradient_code.support(i)) for i in range(min(n, 12))},
-        )
-        state = RunState(
-            config=cfg,
-            layout=lay,
-            run_id=cfg.seed_id,
-            machine=ServerMachine(
-                cfg,
-                max_erased_fraction=self.max_erased_fraction,
-                drift_tolerance=self.drift_tolerance,
-                weight_coordinate=lay.weight_index,
-            ),
-            node_of=dict(enumerate(nodes)),
-            limit=float(timeout),
-            weight_bound=self.spec.max_weight,
-        )
-        self._run = state
-        calibrate_noise(self.strategy, cfg.gradient_code.K)
-        self._driver = RoundDriver(self._settings(cfg.gradient_code), grid, state)
-        return self._driver
-
-    def _quorum(self, code: GradientCode) -> int:
-        """The clip quorum for ``code``: the setting, or one more than the most partitions
-        one silo holds (at most K)."""
-        K = code.K
-        if self.clip_quorum is None:
-            held = max(len(code.support(i)) for i in range(code.n))
-            return min(K, held + 1)
-        if self.clip_quorum > K:
-            raise ConfigurationError(
-                f"clip_quorum={self.clip_quorum} exceeds the K={K} partitions: the clip range "
-                f"could never widen; set clip_quorum <= {K} (or None: automatic)"
-            )
-        return self.clip_quorum
-
-    def _settings(self, code: GradientCode) -> RunSettings:
-        return RunSettings(
-            clip_quorum=self._quorum(code),
-            max_delta_scale=self.max_delta_scale,
-            strategy=self.strategy,
-            spec=self.spec,
-            extra_wait=self.extra_wait,
-            round_timeout=self.round_timeout,
-            recovery_timeout=self.recovery_timeout,
-            key_timeout=self.key_timeout,
-            evaluate_timeout=self.evaluate_timeout,
-            poll_interval=self.poll_interval,
-            progress=self.progress,
-            adaptive_clip=self.adaptive_clip,
-            max_aborted_rounds=self.max_aborted_rounds,
-        )
-
-    # ------------------------------------------------------------------ the latest run
-    def settle(self, timeout: float) -> list[int]:
-        """Wait, at most ``timeout`` seconds, for the replies the latest run still expects
-        (stragglers' late uploads): afterwards no silo is still working on a message of this
-        run, unless it is listed.
-
-        A step between rounds that must not run beside a late message can call it first: in
-        Flower's simulation engine two messages of one node may run at once, and the one that
-        ends last writes the node's context back over the other's
-        (``ShuffledTraining(settle_timeout=)`` does, when asked).
-
-        Parameters
-        ----------
-        timeout
-            The longest wait, in seconds.
-
-        Returns
-        -------
-        list of int
-            Nodes whose replies still had not come (empty before any run).
-        """
-        if self._driver is None:
-            return []
-        self._driver.exchange.drain(float(timeout))
-        return self._driver.exchange.outstanding()
-
-    @property
-    def run_id(self) -> str | None:
-        """The public id the latest run's training seeds and rounding keys derive from (Flower
-        run and session; None before a run): a comparison run can reuse it."""
-        return None if self._run is None else self._run.run_id
-
-    @property
-    def reports(self) -> list[RoundReport]:
-        """The latest run's round reports."""
-        return [] if self._run is None else self._run.reports
-
-    @property
-    def late_train(self) -> dict[int, list[float]]:
-        """Round -> seconds at which the latest run's late uploads came (those in before the
-        run ended: :meth:`settle` waits for the rest)."""
-        return {} if self._run is None else self._run.late_train
-
-    @property
-    def key_seconds(self) -> float:
-        """Seconds the latest run's first key exchange took (0.0 before a run)."""
-        return 0.0 if self._run is None else self._run.key_seconds
-
-    @property
-    def key_exchanges(self) -> list[tuple[int, tuple[int, ...]]]:
-        """(before round, silos asked) of every key exchange of the latest run: (1, all) once,
-        then one entry per rekey of restarted or replaced silos."""
-        return [] if self._run is None else self._run.key_exchanges
-
-    def waiting_estimate(self) -> tuple[float, float]:
-        """(seconds the latest run's rounds took, seconds they would have taken waiting for
-        every silo); see :func:`strategies.report.waiting_estimate`. A run ends without
-        waiting for its last round's stragglers: call :meth:`settle` first to time-stamp
-        them, or each counts the round deadline."""
-        return waiting_estimate(self.reports, self.late_train, round_timeout=self.round_timeout)
-
-
-def _max_delta_scale(clip_range: float, max_clip_range: object) -> float:
-    """The largest delta scale g (a power of two, at most 2^16) with c g <= ``max_clip_range``.
-
-    Raises
-    ------
-    ConfigurationError
-        Naming ``max_clip_range`` unless it is None or a finite number in [c, c 2^16].
-    """
-    if max_clip_range is None:
-        return MAX_DELTA_SCALE
-    widest = clip_range * MAX_DELTA_SCALE
-    if not (
-        _is_real(max_clip_range)
-        and math.isfinite(max_clip_range)  # type: ignore[arg-type]
-        and clip_range <= max_clip_range <= widest  # type: ignore[operator]
-    ):
-        raise ConfigurationError(
-            f"max_clip_range must be a finite number in [clip_range, clip_range x 2^16] = "
-            f"[{clip_range:g}, {widest:g}] (the widest range a silo accepts) or None, got "
-            f"{max_clip_range!r}"
-        )
-    g = 1.0
-    while g < MAX_DELTA_SCALE and clip_range * g * 2 <= max_clip_range:  # type: ignore[operator]
-        g *= 2
-    return g
-
-
-def _is_real(value: object) -> bool:
-    """Whether ``value`` is an int or a float (not a bool)."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def _check_real(name: str, value: object, *, least: float, strict: bool) -> None:
-    """Refuse ``value`` unless it is a finite number above ``least`` (or equal, if not strict)."""
-    if not (
-        _is_real(value)
-        and math.isfinite(value)  # type: ignore[arg-type]
-        and (value > least if strict else value >= least)  # type: ignore[operator]
-    ):
-        sign = ">" if strict else ">="
-        raise ConfigurationError(f"{name} must be a finite number {sign} {least:g}, got {value!r}")
-
-
-def _check_counts(**counts: int | None) -> None:
-    """Refuse a count of the constructor that is not an int in range (``None`` where allowed).
-
-    ``num_stragglers``, ``privacy_threshold``, ``extra_replies`` and ``headroom_bits`` are ints
-    >= 0; ``num_silos`` and ``recovery_threshold`` are None or ints >= 1; T < U and
-    ``extra_replies`` <= s, as :class:`~coded_fl.secagg.ProtocolConfig` needs at any n.
-    """
-    for name, value in counts.items():
-        optional = name in ("num_silos", "recovery_threshold")
-        if value is None and optional:
-            continue
-        least = 1 if optional else 0
-        if isinstance(value, bool) or not isinstance(value, int) or value < least:
-            extra = " or None" if optional else ""
-            raise ConfigurationError(f"{name} must be an int >= {least}{extra}, got {value!r}")
-    s, t, u = counts["num_stragglers"], counts["privacy_threshold"], counts["recovery_threshold"]
-    if u is not None and t is not None and u <= t:
-        raise ConfigurationError(
-            f"recovery_threshold={u} must exceed privacy_threshold={t} (T < U <= n - s): raise "
-            f"recovery_threshold to at least {t + 1}, or leave it unset (n - s)"
-        )
-    e = counts["extra_replies"]
-    if e is not None and s is not None and e > s:
-        raise ConfigurationError(
-            f"extra_replies={e} must be in 0..num_stragglers={s}: lower extra_replies to at "
-            f"most {s}"
-        )

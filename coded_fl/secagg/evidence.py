@@ -50,26 +50,42 @@ payload is the sealed box (4 m + 28 bytes) or the tag (8 bytes).
 >>> share_secret(exchange(e, j.public_bytes), **ctx) == share_secret(
 ...     exchange(j.private_bytes, E), **ctx)
 True
+
+The per-share keys are in :mod:`coded_fl.secagg.share_keys`, the entries and the signed
+statements in :mod:`coded_fl.secagg.share_entries` (both re-exported here); this module opens a
+share and judges a dispute (:func:`open_share`, :func:`judge`).
 """
 
 from __future__ import annotations
 
-import hashlib
-import struct
-from dataclasses import dataclass
-
 import numpy as np
 import torch
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
-from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
-from coded_fl.crypto import KEY_BYTES, SEAL_OVERHEAD, open_sealed
+from coded_fl.crypto import KEY_BYTES, open_sealed
 from coded_fl.errors import InputError, RemoteProtocolError
 from coded_fl.field import PrimeField
 from coded_fl.prg import SEED_BYTES
-from coded_fl.secagg.derive import CONFIRM_BYTES, tags_match
-from coded_fl.secagg.identity import CREDENTIAL_SIZES
+from coded_fl.secagg.derive import tags_match
+from coded_fl.secagg.share_entries import (
+    SIGNATURE_SIZES,
+    Entry,
+    accusation_statement,
+    entry_sizes,
+    sealed_payload_bytes,
+    share_statement,
+)
+from coded_fl.secagg.share_keys import (
+    DERIVED,
+    EPHEMERAL_BYTES,
+    SEALED,
+    SHARE_PURPOSE,
+    ephemeral_secret,
+    exchange,
+    public_of,
+    share_purpose,
+    share_secret,
+)
+from coded_fl.secagg.share_keys import SECRET_BYTES as SECRET_BYTES
 
 __all__ = [
     "DERIVED",
@@ -90,319 +106,6 @@ __all__ = [
     "share_secret",
     "share_statement",
 ]
-
-#: Bytes of an ephemeral X25519 key (either half).
-EPHEMERAL_BYTES = KEY_BYTES
-#: The sizes a signature in an entry may have (0: unsigned; P-256; P-384).
-SIGNATURE_SIZES = tuple(sorted({s for _, s in CREDENTIAL_SIZES}))
-#: The kinds of share entry (domain separation in every derivation and statement).
-SEALED = b"sealed"
-DERIVED = b"derived"
-#: The purpose a sealed mask share's associated data names.
-SHARE_PURPOSE = b"mask-share"
-
-_EPHEMERAL_SALT = b"coded-fl/v7/share-ephemeral"
-_SHARE_SALT = b"coded-fl/v7/share-key"
-_SHARE_DOMAIN = b"coded-fl 2026-11-26 share statement v1\x00"
-_ACCUSE_DOMAIN = b"coded-fl 2026-11-26 accusation v1\x00"
-#: Key material per share: a 32-byte key or seed and an 8-byte tag.
-SECRET_BYTES = SEED_BYTES + CONFIRM_BYTES
-
-
-def share_purpose(inputs: bytes) -> bytes:
-    """A sealed share's purpose (in its associated data): :data:`SHARE_PURPOSE` and the digest
-    of the round's training inputs, so a share sealed by a silo sent other inputs than the
-    recipient fails authentication at the recipient.
-
-    Parameters
-    ----------
-    inputs
-        The digest of the round's training inputs (empty where the caller has none).
-
-    Returns
-    -------
-    bytes
-    """
-    return SHARE_PURPOSE + bytes(inputs)
-
-
-def _fields(*parts: bytes) -> bytes:
-    """Length-prefixed concatenation: unambiguous whatever the parts hold."""
-    return b"".join(struct.pack("<I", len(p)) + p for p in parts)
-
-
-def ephemeral_secret(
-    private: bytes, *, run_id: bytes, round_: int, sender: int, recipient: int, context: bytes
-) -> bytes:
-    """The ephemeral X25519 scalar of the share ``sender`` -> ``recipient`` in one upload.
-
-    A PRF (HKDF-SHA256) of the sender's private key: fresh for every upload (``context`` holds
-    a fresh nonce), independent of every other share's, and recomputable by the sender alone
-    when asked to reveal it.
-
-    Parameters
-    ----------
-    private
-        The sender's X25519 private key (32 bytes; secret).
-    run_id, round_, sender, recipient
-        The share.
-    context
-        The upload's share context (:func:`~coded_fl.secagg.derive.share_context`).
-
-    Returns
-    -------
-    bytes
-        32 bytes (secret until revealed).
-    """
-    if not 0 <= round_ < 2**63:
-        raise InputError("the round must be in [0, 2**63)")
-    info = struct.pack("<Qii", round_, sender, recipient) + _fields(run_id, bytes(context))
-    hkdf = HKDF(algorithm=hashes.SHA256(), length=KEY_BYTES, salt=_EPHEMERAL_SALT, info=info)
-    return hkdf.derive(bytes(private))
-
-
-def public_of(secret: bytes) -> bytes:
-    """The X25519 public key of a 32-byte scalar.
-
-    Parameters
-    ----------
-    secret
-        The scalar.
-
-    Returns
-    -------
-    bytes
-        32 bytes.
-
-    Raises
-    ------
-    InputError
-        If ``secret`` is not 32 bytes.
-    """
-    if not isinstance(secret, (bytes, bytearray)) or len(secret) != KEY_BYTES:
-        raise InputError("an X25519 scalar is 32 bytes")
-    return (
-        X25519PrivateKey.from_private_bytes(bytes(secret))
-        .public_key()
-        .public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
-    )
-
-
-def exchange(private: bytes, public: bytes) -> bytes:
-    """X25519 of a scalar and a public key (not memoised: ephemeral keys serve once).
-
-    Parameters
-    ----------
-    private
-        32-byte scalar.
-    public
-        32-byte public key.
-
-    Returns
-    -------
-    bytes
-        The shared secret.
-
-    Raises
-    ------
-    InputError
-        If a key is not 32 bytes or ``public`` is a small-order point.
-    """
-    if len(private) != KEY_BYTES or len(public) != KEY_BYTES:
-        raise InputError("X25519 keys are 32 bytes")
-    try:
-        return X25519PrivateKey.from_private_bytes(bytes(private)).exchange(
-            X25519PublicKey.from_public_bytes(bytes(public))
-        )
-    except ValueError:
-        raise InputError("a public key is a small-order X25519 point") from None
-
-
-def share_secret(
-    dh: bytes,
-    *,
-    run_id: bytes,
-    round_: int,
-    sender: int,
-    recipient: int,
-    ephemeral: bytes,
-    recipient_key: bytes,
-    context: bytes,
-    kind: bytes,
-    inputs: bytes = b"",
-) -> bytes:
-    """The key material of one share: a 32-byte key (sealed) or seed (derived), then the
-    8-byte tag of a derived share.
-
-    Parameters
-    ----------
-    dh
-        X25519(e_ij, pk_j) = X25519(sk_j, E_ij).
-    run_id, round_, sender, recipient
-        The share.
-    ephemeral
-        E_ij.
-    recipient_key
-        pk_j, the recipient's key the sender used.
-    context
-        The upload's share context (derived shares; empty for sealed ones, whose recipient
-        does not receive it).
-    kind
-        :data:`SEALED` or :data:`DERIVED`.
-    inputs
-        The digest of the round's training inputs as the silo computing the key holds it: the
-        sender its own at upload, the recipient *its own* at recovery (never one the server
-        relays), the server judging a dispute the digest of the inputs it sent the accused.
-        Two silos sent different inputs compute unrelated keys (issue 29).
-
-    Returns
-    -------
-    bytes
-        :data:`SECRET_BYTES` bytes (secret).
-    """
-    if not 0 <= round_ < 2**63:
-        raise InputError("the round must be in [0, 2**63)")
-    info = struct.pack("<Qii", round_, sender, recipient) + _fields(
-        kind, run_id, bytes(ephemeral), bytes(recipient_key), bytes(context), bytes(inputs)
-    )
-    hkdf = HKDF(algorithm=hashes.SHA256(), length=SECRET_BYTES, salt=_SHARE_SALT, info=info)
-    return hkdf.derive(dh)
-
-
-@dataclass(frozen=True)
-class Entry:
-    """One share's entry in an upload: its ephemeral public key, payload and signature."""
-
-    ephemeral: bytes
-    payload: bytes
-    signature: bytes = b""
-
-    def to_bytes(self) -> bytes:
-        """``ephemeral | payload | signature``."""
-        return self.ephemeral + self.payload + self.signature
-
-    @classmethod
-    def parse(cls, raw: bytes, *, payload_bytes: int, blame: int) -> Entry:
-        """Split an entry whose payload has ``payload_bytes``.
-
-        Parameters
-        ----------
-        raw
-            The entry's bytes.
-        payload_bytes
-            The payload size (the sealed box's, or the tag's).
-        blame
-            Whom a malformed entry is blamed on (the sender of the message it came in).
-
-        Returns
-        -------
-        Entry
-
-        Raises
-        ------
-        RemoteProtocolError
-            Blaming ``blame``, if the size fits no signature size.
-        """
-        raw = bytes(raw)
-        sig = len(raw) - EPHEMERAL_BYTES - payload_bytes
-        if sig not in SIGNATURE_SIZES:
-            raise RemoteProtocolError(
-                f"a share entry of {len(raw)} bytes; expected {entry_sizes(payload_bytes)}",
-                sender=blame,
-            )
-        head = EPHEMERAL_BYTES + payload_bytes
-        return cls(raw[:EPHEMERAL_BYTES], raw[EPHEMERAL_BYTES:head], raw[head:])
-
-
-def entry_sizes(payload_bytes: int) -> tuple[int, ...]:
-    """The sizes an entry with a payload of ``payload_bytes`` may have.
-
-    Parameters
-    ----------
-    payload_bytes
-        The payload size.
-
-    Returns
-    -------
-    tuple[int, ...]
-    """
-    return tuple(EPHEMERAL_BYTES + payload_bytes + s for s in SIGNATURE_SIZES)
-
-
-def share_statement(
-    *,
-    digest: bytes,
-    run_id: bytes,
-    round_: int,
-    sender: int,
-    recipient: int,
-    kind: bytes,
-    context: bytes,
-    ephemeral: bytes,
-    recipient_key: bytes,
-    payload: bytes,
-) -> bytes:
-    """What a sender with an identity signs for one entry.
-
-    Parameters
-    ----------
-    digest, run_id, round_, sender, recipient
-        The configuration, run, round and share.
-    kind
-        :data:`SEALED` or :data:`DERIVED`.
-    context
-        The upload's share context (derived shares; empty for sealed ones).
-    ephemeral
-        E_ij.
-    recipient_key
-        The recipient's key-agreement key the share was made for: a recipient whose key
-        differs (a key replayed by the relay) finds the signature wrong and accuses nobody,
-        so no share made for another key is ever revealed.
-    payload
-        The box or the tag (hashed).
-
-    Returns
-    -------
-    bytes
-    """
-    return (
-        _SHARE_DOMAIN
-        + struct.pack("<Qii", round_, sender, recipient)
-        + _fields(
-            digest,
-            run_id,
-            kind,
-            context,
-            ephemeral,
-            recipient_key,
-            hashlib.sha256(payload).digest(),
-        )
-    )
-
-
-def accusation_statement(
-    *, digest: bytes, run_id: bytes, round_: int, accuser: int, accused: int, item: bytes
-) -> bytes:
-    """What an accuser with an identity signs: the item it could not use, as relayed.
-
-    Parameters
-    ----------
-    digest, run_id, round_
-        The configuration, run and round.
-    accuser, accused
-        The recipient and the sender of the share.
-    item
-        The relayed entry (sealed share) or token (context and entry of a derived share).
-
-    Returns
-    -------
-    bytes
-    """
-    return (
-        _ACCUSE_DOMAIN
-        + struct.pack("<Qii", round_, accuser, accused)
-        + _fields(digest, run_id, hashlib.sha256(item).digest())
-    )
 
 
 def open_share(
@@ -555,18 +258,3 @@ def judge(
         what = "tag does not confirm" if kind == DERIVED else "box does not open to m elements"
         return f"under the key of the scalar it revealed, its share's {what}"
     return None
-
-
-def sealed_payload_bytes(piece_length: int) -> int:
-    """The sealed box's size for pieces of ``piece_length`` elements (4 m + 28).
-
-    Parameters
-    ----------
-    piece_length
-        m.
-
-    Returns
-    -------
-    int
-    """
-    return 4 * piece_length + SEAL_OVERHEAD

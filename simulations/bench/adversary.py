@@ -551,7 +551,7 @@ def run_case(
     # all decode the exact honest sum trains the honest run's model bit for bit, and the
     # accuracy goal measures what the culprit changed, not two seeds' spread (two honest runs
     # with their own sessions lay 0.5-1.0 pp apart). The silos' keys stay fresh per run.
-    session = mock.patch("strategies.coded_secagg.secrets.token_hex", return_value=SESSION)
+    session = mock.patch("strategies.secagg_runs.secrets.token_hex", return_value=SESSION)
     with task_identity(grid.run.run_id), _quiet_flower():
         with session:
             driver = strategy.prepare(grid, initial, timeout=3600.0)

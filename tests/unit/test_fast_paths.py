@@ -22,7 +22,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from coded_fl.errors import InputError, RemoteProtocolError
-from coded_fl.layout import UpdateLayout, _numpy, flatten
+from coded_fl.layout import UpdateLayout, flatten
+from coded_fl.layout_arrays import _numpy
 from coded_fl.vocabulary import (
     FRAME_ARRAY,
     MSG_KEY,

@@ -301,14 +301,14 @@ def test_a_silo_that_sends_a_wrong_xor_gains_nothing_and_is_routed_around(
     pairs in the first reshuffle. Its receivers decode units whose SHA-256 fails: none is
     committed, and the epoch is planned again at once without silo 1 as a sender; every store
     ends with exactly the right bytes."""
-    import coded_fl.shuffling.storage.session as session
+    import coded_fl.shuffling.storage.delivery as delivery
     from coded_fl.shuffling import run_loopback
     from coded_fl.shuffling.partitions import partition_holders
 
     K, units = 4, 3
     relay = _LoopbackRelay(tmp_path, K, units, drops={})
     lying = {"on": False}
-    honest_encode = session.encode
+    honest_encode = delivery.encode
 
     def encode(plan, buf, indices=None, out=None):  # type: ignore[no-untyped-def]
         got = honest_encode(plan, buf, indices, out)
@@ -316,7 +316,7 @@ def test_a_silo_that_sends_a_wrong_xor_gains_nothing_and_is_routed_around(
             got[:, 0] ^= 0x5A  # a different XOR, sealed with the real group key
         return got
 
-    monkeypatch.setattr(session, "encode", encode)
+    monkeypatch.setattr(delivery, "encode", encode)
     oracle = {u: relay.stores[m].read_unit(u) for m in range(K) for u in relay.stores[m].units()}
 
     def run(job):  # type: ignore[no-untyped-def]

@@ -46,12 +46,12 @@ DeliverRequest (silos only), decode and verify what the relay forwarded, commit 
 The stage's stored form (:meth:`ShuffleMember.to_bytes`) is its value (``"idle"``, ``"hello"``,
 ...), as before :class:`MemberStage` existed.
 
-Length: about 340 lines of code (420 before shares and store checks moved out), the rest
-docstrings. One machine: five handlers, the persistence of every field of its state, the entry
-point and the table; what is not the machine's state is split out (manifest shares in
-:mod:`~coded_fl.shuffling.transport.shares`, the store-side steps in
-:mod:`~coded_fl.shuffling.storage.silo`), and
-splitting the handlers would scatter one object's state over several modules.
+The handlers are split by phase over the shared state of
+:class:`~coded_fl.shuffling.transport.member_state.MemberCore`: the key agreement (Hello,
+GroupKeyRequest, JoinRequest: :mod:`~coded_fl.shuffling.transport.member_keys`) and the plan
+and delivery (PlanRequest, DeliverRequest: :mod:`~coded_fl.shuffling.transport.member_delivery`);
+this module puts them together with the constructor, the persistence, the entry point and the
+table.
 """
 
 from __future__ import annotations
@@ -59,38 +59,20 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable
-from enum import Enum
 from typing import Any
 
-from coded_fl.crypto import KeyPair
-from coded_fl.errors import CodedFLError, InputError, LocalProtocolError, RemoteProtocolError
-from coded_fl.prg import fresh_seed
-from coded_fl.shuffling.codec import SegmentBuffer
-from coded_fl.shuffling.plan.planner import ShufflePlan, plan_shuffle
-from coded_fl.shuffling.plan.units import UnitManifest, UnitSpec
-from coded_fl.shuffling.storage.session import SenderSession, SiloSession
-from coded_fl.shuffling.storage.silo import check_holdings, commit_delivery, load_silo
+from coded_fl.errors import InputError, RemoteProtocolError
 from coded_fl.shuffling.storage.store import UnitStore
-from coded_fl.shuffling.transport.groupkey import (
-    Roster,
-    check_roster,
-    derive_key,
-    key_tag,
-    make_group_key,
-    open_group_key,
-)
-from coded_fl.shuffling.transport.shares import open_shares, seal_share, vouched_units
+from coded_fl.shuffling.transport.member_delivery import MemberDeliveryPhase
+from coded_fl.shuffling.transport.member_keys import MemberKeysPhase
+from coded_fl.shuffling.transport.member_state import MemberStage
 from coded_fl.shuffling.transport.wire import (
     DeliverReply,
     DeliverRequest,
-    GroupKeyReply,
     GroupKeyRequest,
     Hello,
-    HelloReply,
-    JoinReply,
     JoinRequest,
     Packet,
-    PlanReply,
     PlanRequest,
     ShuffleJob,
     decode,
@@ -104,16 +86,6 @@ __all__ = ["MemberStage", "ShuffleMember"]
 _STATE_VERSION = 1
 
 
-class MemberStage(str, Enum):
-    """Where a member is in its current epoch (the value is the stored form)."""
-
-    IDLE = "idle"
-    HELLO = "hello"
-    KEYED = "keyed"
-    PLANNED = "planned"
-    DELIVERED = "delivered"
-
-
 def _hex(b: bytes | None) -> str | None:
     return None if b is None else b.hex()
 
@@ -122,7 +94,7 @@ def _unhex(s: str | None) -> bytes | None:
     return None if s is None else bytes.fromhex(s)
 
 
-class ShuffleMember:
+class ShuffleMember(MemberKeysPhase, MemberDeliveryPhase):
     """One member of the shuffle transport: its state machine across epochs.
 
     Parameters
@@ -164,18 +136,6 @@ class ShuffleMember:
         self._org_key = org_key
         self._entropy = entropy
         self._reset(None)
-
-    def _reset(self, job: ShuffleJob | None) -> None:
-        self.stage = MemberStage.IDLE
-        self.job = job
-        self._private: bytes | None = None
-        self.roster: Roster | None = None
-        self._group_key: bytes | None = None
-        self._boxes: dict[int, bytes] | None = None
-        self._share: bytes | None = None
-        self._specs: list[list[Any]] | None = None
-        self.plan_id: bytes | None = None
-        self._delivered: DeliverReply | None = None
 
     @property
     def org_key(self) -> bytes | None:
@@ -329,201 +289,6 @@ class ShuffleMember:
                 f"{type(packet).__name__} is addressed to member {packet.member}, "
                 f"this is member {self.member}"
             )
-
-    # ------------------------------------------------------------------ helpers
-    def _current_job(self) -> ShuffleJob:
-        if self.job is None:  # pragma: no cover - receive checks the envelope first
-            raise LocalProtocolError("no job")
-        return self.job
-
-    def _is_silo(self, job: ShuffleJob) -> bool:
-        return self.member < job.K
-
-    def _keys(self) -> KeyPair:
-        if self._private is None:  # pragma: no cover - the table makes this unreachable
-            raise LocalProtocolError("no key pair for this epoch")
-        return KeyPair.from_private_bytes(self._private)
-
-    def _key(self, job: ShuffleJob, label: str) -> bytes:
-        if self._group_key is None:  # pragma: no cover - the table makes this unreachable
-            raise LocalProtocolError("no group key for this epoch")
-        return derive_key(self._group_key, label, run_id=job.run_id, epoch=job.epoch)
-
-    def _check_roster(self, job: ShuffleJob, roster: Roster | None) -> Roster:
-        if roster is None:
-            raise RemoteProtocolError("request carries no roster")
-        check_roster(
-            roster,
-            run_id=job.run_id,
-            epoch=job.epoch,
-            me=self.member,
-            my_public_key=self._keys().public_bytes,
-            allowed=job.members,
-            org_key=self._org_key,
-        )
-        if self.roster is not None and self.roster != roster:
-            raise RemoteProtocolError(
-                "a second, different roster for the same epoch (the relay equivocates)"
-            )
-        return roster
-
-    def _make_share(self, job: ShuffleJob, store: UnitStore) -> bytes:
-        """This member's sealed manifest share (made once per epoch)."""
-        if self._share is not None:
-            return self._share
-        return seal_share(
-            vouched_units(job, self.member, store),
-            job=job,
-            member=self.member,
-            key=self._key(job, "manifest"),
-            entropy=self._entropy,
-        )
-
-    def _plan(self, job: ShuffleJob) -> ShufflePlan:
-        if self._specs is None:  # pragma: no cover - the table makes this unreachable
-            raise LocalProtocolError("no manifest yet")
-        manifest = UnitManifest(
-            tuple(UnitSpec(u, int(n), bytes.fromhex(h)) for u, n, h in self._specs)
-        )
-        current, nxt = job.assignments()
-        return plan_shuffle(
-            manifest,
-            current,
-            nxt,
-            K=job.K,
-            t=job.t,
-            mode=job.mode,
-            coded=job.coded,
-            storage=job.storage,
-        )
-
-    # ------------------------------------------------------------------ handlers (the table)
-    def _on_hello(self, p: Hello, store: UnitStore) -> HelloReply:
-        """A new job: a fresh key pair for its epoch (the same one if asked again)."""
-        job = p.job
-        if job is None:  # pragma: no cover - the envelope check refuses it
-            raise RemoteProtocolError("Hello's digest does not match its job")
-        if self.member not in job.members:
-            return HelloReply(p.digest, self.member, b"", b"", store.epoch)
-        if self._is_silo(job) and store.epoch is not None and job.epoch <= store.epoch:
-            raise RemoteProtocolError(
-                f"job epoch {job.epoch} is not after this silo's store epoch {store.epoch} "
-                "(stale or replayed job)"
-            )
-        if self.job is None or self.job.digest() != p.digest or self.stage == MemberStage.IDLE:
-            self._reset(job)
-            self._private = fresh_seed(self._entropy)
-            self.stage = MemberStage.HELLO
-        pub = self._keys().public_bytes
-        tag = b""
-        if self._org_key is not None:
-            tag = key_tag(
-                self._org_key,
-                run_id=job.run_id,
-                epoch=job.epoch,
-                member=self.member,
-                public_key=pub,
-            )
-        held = None
-        if self._is_silo(job):
-            have = set(store.units())
-            held = tuple(u for u in job.units if u in have)
-        return HelloReply(p.digest, self.member, pub, tag, store.epoch, held)
-
-    def _on_group_key(self, p: GroupKeyRequest, store: UnitStore) -> GroupKeyReply:
-        """The leader draws the group key and seals it for every other member (once)."""
-        job = self._current_job()
-        roster = self._check_roster(job, p.roster)
-        if roster.leader != self.member:
-            raise RemoteProtocolError(
-                f"member {self.member} is not the leader of this roster ({roster.leader} is)"
-            )
-        if self._boxes is None:
-            self._group_key, self._boxes = make_group_key(
-                self._keys(), roster, me=self.member, entropy=self._entropy
-            )
-            self.roster = roster
-        share = self._make_share(job, store)
-        self._share, self.stage = share, MemberStage.KEYED
-        return GroupKeyReply(p.digest, self.member, tuple(sorted(self._boxes.items())), share)
-
-    def _on_join(self, p: JoinRequest, store: UnitStore) -> JoinReply:
-        """Open the group key the leader sealed for this member; answer with the share."""
-        job = self._current_job()
-        roster = self._check_roster(job, p.roster)
-        if roster.leader == self.member:
-            raise RemoteProtocolError("the leader is not sent a group key box")
-        key = open_group_key(self._keys(), roster, me=self.member, box=p.box)
-        if self._group_key is not None and key != self._group_key:
-            raise RemoteProtocolError("a second, different group key for the same epoch")
-        self._group_key, self.roster = key, roster
-        share = self._make_share(job, store)
-        self._share, self.stage = share, MemberStage.KEYED
-        return JoinReply(p.digest, self.member, share)
-
-    def _on_plan(self, p: PlanRequest, store: UnitStore) -> PlanReply:
-        """Merge the manifest, plan, and make this member's coded messages."""
-        job = self._current_job()
-        roster = self.roster
-        if roster is None:  # pragma: no cover - the table makes this unreachable
-            raise LocalProtocolError("no roster")
-        specs = open_shares(
-            p.shares, job=job, members=roster.members, key=self._key(job, "manifest")
-        )
-        if self._specs is not None and specs != self._specs:
-            raise RemoteProtocolError("a second, different set of manifest shares for this epoch")
-        self._specs = specs
-        plan = self._plan(job)
-        msg_key = self._key(job, "messages")
-        if self.member == job.sender:
-            buf = SegmentBuffer.for_plan(plan)
-            for n, u in enumerate(plan.manifest.ids):
-                buf.put_unit(n, plan.layout.pad(store.read_unit(u)))
-            msgs = SenderSession(
-                plan, buf, epoch=job.epoch, group_key=msg_key, entropy=self._entropy
-            ).messages()
-        else:
-            check_holdings(plan, self.member, store)
-            msgs = []
-            if job.mode == "decentralized":
-                msgs = SiloSession(
-                    plan,
-                    self.member,
-                    load_silo(plan, self.member, store),
-                    epoch=job.epoch,
-                    group_key=msg_key,
-                    entropy=self._entropy,
-                ).outgoing()
-        self.plan_id, self.stage = plan.plan_id, MemberStage.PLANNED
-        return PlanReply(p.digest, self.member, plan.plan_id, tuple(msgs))
-
-    def _on_deliver(self, p: DeliverRequest, store: UnitStore) -> DeliverReply:
-        """Decode and verify what the relay forwarded, commit atomically, report (once)."""
-        job = self._current_job()
-        if not self._is_silo(job):
-            raise RemoteProtocolError("the central sender receives nothing")
-        if self._delivered is not None:
-            return self._delivered
-        plan = self._plan(job)
-        session = SiloSession(
-            plan,
-            self.member,
-            load_silo(plan, self.member, store),
-            epoch=job.epoch,
-            group_key=self._key(job, "messages"),
-            entropy=self._entropy,
-        )
-        refused = []
-        for msg in p.messages:
-            try:
-                session.receive(msg)
-            except CodedFLError as exc:  # the report names what is missing because of it
-                refused.append(f"message {msg.index}: {exc}")
-        report = session.finish()
-        commit_delivery(plan, store, session.units(), report, epoch=job.epoch)
-        reply = DeliverReply(p.digest, self.member, report, tuple(refused), store.epoch)
-        self._delivered, self.stage = reply, MemberStage.DELIVERED
-        return reply
 
 
 _Handler = Callable[[ShuffleMember, Any, UnitStore], Packet]
