@@ -3,7 +3,7 @@
 :func:`check_settings` refuses a setting that cannot work with a
 :class:`~coded_fl.errors.ConfigurationError` that names it, at construction, before any node is
 contacted; what depends on the number of silos is checked against the protocol configuration
-(:class:`strategies.secagg_config.ProtocolSettings`).
+(:class:`strategies.secagg_config.ProtocolView`).
 """
 
 from __future__ import annotations

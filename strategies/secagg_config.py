@@ -1,6 +1,6 @@
 """What :class:`strategies.CodedSecAgg`'s settings give at n silos, and how they are logged.
 
-:class:`ProtocolSettings` is the part of ``CodedSecAgg`` that turns the constructor's settings
+:class:`ProtocolView` is the part of ``CodedSecAgg`` that turns the constructor's settings
 into a protocol configuration (:class:`coded_fl.secagg.ProtocolConfig`) for n silos, the
 gradient code a placement derives from, the fewest silos that work, the clip quorum and the
 settings one run takes (:class:`strategies.run.RunSettings`); it waits for the nodes and
@@ -27,12 +27,12 @@ from .composable import chain_attr, sampled_fraction
 from .report import RoundReport
 from .run import RunSettings
 
-__all__ = ["ProtocolSettings"]
+__all__ = ["ProtocolView"]
 
 LOG = logging.getLogger("flwr")
 
 
-class ProtocolSettings:
+class ProtocolView:
     """The settings of :class:`strategies.CodedSecAgg` as a protocol configuration (a part of
     it: its constructor sets the attributes below).
 

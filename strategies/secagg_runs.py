@@ -29,17 +29,17 @@ from .driver import RoundDriver
 from .report import RoundReport, waiting_estimate
 from .run import RunState
 from .secagg_checks import is_real
-from .secagg_config import ProtocolSettings
+from .secagg_config import ProtocolView
 
 __all__ = ["RunLifecycle"]
 
 LOG = logging.getLogger("flwr")
 
 
-class RunLifecycle(ProtocolSettings):
+class RunLifecycle(ProtocolView):
     """Starting the runs of :class:`strategies.CodedSecAgg`, and the latest run's state (a part
     of it: its constructor sets the attributes below and the settings'
-    :class:`strategies.secagg_config.ProtocolSettings` lists).
+    :class:`strategies.secagg_config.ProtocolView` lists).
 
     Attributes
     ----------

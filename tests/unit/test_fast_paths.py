@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 from coded_fl.errors import InputError, RemoteProtocolError
 from coded_fl.layout import UpdateLayout, flatten
-from coded_fl.layout_arrays import _numpy
+from coded_fl.layout.arrays import _numpy
 from coded_fl.vocabulary import (
     FRAME_ARRAY,
     MSG_KEY,

@@ -21,9 +21,9 @@ Flower's own legacy record names (not ours: the names a ``NumPyClient`` app read
     :data:`LEGACY_RES_WEIGHT`, :data:`LEGACY_RES_METRICS`, :data:`LEGACY_RES_STATUS`,
     :data:`LEGACY_WEIGHT_KEY`.
 
-The names are defined in :mod:`coded_fl.wire_names`, the framing in
-:mod:`coded_fl.record_frames`, the train spec, its bounds and the inputs digest in
-:mod:`coded_fl.train_spec`; this module re-exports them all.
+The names are defined in :mod:`coded_fl.vocabulary.names`, the framing in
+:mod:`coded_fl.vocabulary.frames`, the train spec, its bounds and the inputs digest in
+:mod:`coded_fl.vocabulary.train_spec`; this module re-exports them all.
 
 >>> frame_bytes = unframe(frame(b"abc"))
 >>> frame_bytes
@@ -32,7 +32,7 @@ b'abc'
 
 from __future__ import annotations
 
-from coded_fl.record_frames import (
+from coded_fl.vocabulary.frames import (
     FRAME_ARRAY,
     NPY_HEADER_LIMIT,
     frame,
@@ -41,17 +41,7 @@ from coded_fl.record_frames import (
     read_npy_header,
     unframe,
 )
-from coded_fl.train_spec import (
-    CLIP_WIDENING,
-    MAX_DELTA_SCALE,
-    MAX_METRIC_SLOTS,
-    MODEL_DIGEST_CONTEXT,
-    TrainSpec,
-    auto_metric_names,
-    inputs_digest,
-    metric_slot_names,
-)
-from coded_fl.wire_names import (
+from coded_fl.vocabulary.names import (
     DATA_STORE_NODE_KEY,
     INFO_KEY,
     LEGACY_FIT_ARRAYS,
@@ -76,6 +66,16 @@ from coded_fl.wire_names import (
     STORE_NODE_KEY,
     TRAIN_KEY,
     is_ours,
+)
+from coded_fl.vocabulary.train_spec import (
+    CLIP_WIDENING,
+    MAX_DELTA_SCALE,
+    MAX_METRIC_SLOTS,
+    MODEL_DIGEST_CONTEXT,
+    TrainSpec,
+    auto_metric_names,
+    inputs_digest,
+    metric_slot_names,
 )
 
 __all__ = [

@@ -58,10 +58,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from coded_fl.layout_arrays import ArrayLayout as ArrayLayout  # importable from here
-from coded_fl.layout_arrays import array_layout, check_same_layout, flatten, npy_header
-from coded_fl.layout_geometry import EXTRAS, MAX_COUNT, METRIC_BOUND, count_unit
-from coded_fl.layout_integers import (
+from coded_fl.layout.arrays import ArrayLayout as ArrayLayout  # importable from here
+from coded_fl.layout.arrays import array_layout, check_same_layout, flatten, npy_header
+from coded_fl.layout.geometry import EXTRAS, MAX_COUNT, METRIC_BOUND, count_unit
+from coded_fl.layout.integers import (
     INTEGER_BASE,
     INTEGER_DIGITS,
     element_count,
@@ -70,10 +70,10 @@ from coded_fl.layout_integers import (
     integer_values,
     integers_from_digits,
 )
-from coded_fl.layout_integers import INTEGER_KINDS as INTEGER_KINDS  # importable from here
-from coded_fl.layout_integers import MAX_INTEGER_WEIGHT as MAX_INTEGER_WEIGHT  # importable here
-from coded_fl.layout_pack import LayoutPacking
-from coded_fl.layout_unpack import DecodedUpdate, LayoutUnpacking
+from coded_fl.layout.integers import INTEGER_KINDS as INTEGER_KINDS  # importable from here
+from coded_fl.layout.integers import MAX_INTEGER_WEIGHT as MAX_INTEGER_WEIGHT  # importable here
+from coded_fl.layout.pack import LayoutPacking
+from coded_fl.layout.unpack import DecodedUpdate, LayoutUnpacking
 
 __all__ = [
     "EXTRAS",

@@ -27,9 +27,9 @@ break this bound is refused when the field is made.
 >>> F.to_signed(F.from_signed(torch.tensor([-5, 7]))).tolist()
 [-5, 7]
 
-The field is put together from parts: :mod:`coded_fl.field_core` (the modulus, the backend and
-the input checks), :mod:`coded_fl.field_elementwise` (elementwise arithmetic) and
-:mod:`coded_fl.field_linear` (linear combinations); :class:`PrimeField` adds the identity and
+The field is put together from parts: :mod:`coded_fl.field.core` (the modulus, the backend and
+the input checks), :mod:`coded_fl.field.elementwise` (elementwise arithmetic) and
+:mod:`coded_fl.field.linear` (linear combinations); :class:`PrimeField` adds the identity and
 the making of elements.
 """
 
@@ -39,10 +39,10 @@ import numpy as np
 import torch
 
 from coded_fl.errors import InputError
-from coded_fl.field_core import Backend, Coefficients, as_numpy_u32
-from coded_fl.field_core import typed_list as typed_list  # importable from here, as before
-from coded_fl.field_elementwise import ElementwiseOps
-from coded_fl.field_linear import LinearCombinations
+from coded_fl.field.core import Backend, Coefficients, as_numpy_u32
+from coded_fl.field.core import typed_list as typed_list  # importable from here, as before
+from coded_fl.field.elementwise import ElementwiseOps
+from coded_fl.field.linear import LinearCombinations
 from coded_fl.kernels import cpu as _cpu
 from coded_fl.kernels import torch_impl as _tk
 

@@ -9,7 +9,7 @@ import math
 from dataclasses import dataclass
 
 from coded_fl.errors import ConfigurationError
-from coded_fl.layout_integers import INTEGER_DIGITS
+from coded_fl.layout.integers import INTEGER_DIGITS
 
 __all__ = ["EXTRAS", "MAX_COUNT", "METRIC_BOUND", "LayoutGeometry", "count_unit"]
 

@@ -13,8 +13,8 @@ import torch
 
 from coded_fl.errors import InputError
 from coded_fl.kernels import cpu as _cpu
-from coded_fl.quantize_config import QuantizationConfig
-from coded_fl.quantize_keys import MAX_ELEMENTS
+from coded_fl.quantize.config import QuantizationConfig
+from coded_fl.quantize.keys import MAX_ELEMENTS
 
 __all__ = ["QuantizationStats", "account", "count_values", "prepare"]
 

@@ -21,8 +21,8 @@ the rounding is exact and identical on CPU and CUDA.
 >>> dequantize(q, cfg, F).tolist()  # 3.0 is clipped to 1.0
 [0.25, -0.5, 1.0]
 
-The parts: :mod:`coded_fl.quantize_keys` (the rounding keys), :mod:`coded_fl.quantize_config`
-(the configuration and the checks of its settings) and :mod:`coded_fl.quantize_inputs` (the
+The parts: :mod:`coded_fl.quantize.keys` (the rounding keys), :mod:`coded_fl.quantize.config`
+(the configuration and the checks of its settings) and :mod:`coded_fl.quantize.inputs` (the
 inputs' checks and counts); the quantizer itself is here.
 """
 
@@ -37,11 +37,11 @@ from coded_fl.errors import ConfigurationError, DecodingError, InputError
 from coded_fl.field import PrimeField
 from coded_fl.kernels import cpu as _cpu
 from coded_fl.kernels import torch_impl as _tk
-from coded_fl.quantize_config import QuantizationConfig, check_clip_range, check_positive_real
-from coded_fl.quantize_inputs import QuantizationStats, account, count_values, prepare
-from coded_fl.quantize_keys import MAX_ELEMENTS as MAX_ELEMENTS  # importable from here
-from coded_fl.quantize_keys import RoundingKey
-from coded_fl.quantize_keys import as_numpy_keys as as_numpy_keys  # importable from here
+from coded_fl.quantize.config import QuantizationConfig, check_clip_range, check_positive_real
+from coded_fl.quantize.inputs import QuantizationStats, account, count_values, prepare
+from coded_fl.quantize.keys import MAX_ELEMENTS as MAX_ELEMENTS  # importable from here
+from coded_fl.quantize.keys import RoundingKey
+from coded_fl.quantize.keys import as_numpy_keys as as_numpy_keys  # importable from here
 
 __all__ = [
     "QuantizationConfig",

@@ -13,7 +13,7 @@ from typing import Any
 import blake3
 
 from coded_fl.errors import RemoteProtocolError
-from coded_fl.wire_names import TRAIN_KEY
+from coded_fl.vocabulary.names import TRAIN_KEY
 
 __all__ = [
     "CLIP_WIDENING",
@@ -68,7 +68,7 @@ class TrainSpec:
         g, a power of two >= 1 chosen by the server for the round: the model entries are
         packed as :math:`(w_k / W)(\\theta_k - \\theta) / g`, so the round's clip range is
         effectively :math:`g c` (and its quantization step g times coarser). The server raises
-        it after a round that clipped (:mod:`strategies.driver`); public, like W.
+        it after a round that clipped (:mod:`strategies.adaptation`); public, like W.
     integer_arrays
         The names of the model's integer arrays (integer dtype in the run's initial model),
         summed exactly (:mod:`coded_fl.layout`); fixed for the run, since Flower's FedAvg hands

@@ -11,8 +11,8 @@ import numpy as np
 import torch
 
 from coded_fl.errors import DecodingError, InputError
-from coded_fl.layout_geometry import EXTRAS, METRIC_BOUND, LayoutGeometry
-from coded_fl.layout_integers import INTEGER_DIGITS, integers_from_digits
+from coded_fl.layout.geometry import EXTRAS, METRIC_BOUND, LayoutGeometry
+from coded_fl.layout.integers import INTEGER_DIGITS, integers_from_digits
 
 __all__ = ["DecodedUpdate", "LayoutUnpacking"]
 

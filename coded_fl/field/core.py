@@ -3,7 +3,7 @@
 :class:`FieldCore` holds what every part of the field works on: the prime, the backend, the
 dispatch between the numba kernels (CPU) and torch (elsewhere), and the checks that refuse
 anything that is not a canonical element or an integer coefficient. The arithmetic is built on
-it (:mod:`coded_fl.field_elementwise`, :mod:`coded_fl.field_linear`). Beside it, the views the
+it (:mod:`coded_fl.field.elementwise`, :mod:`coded_fl.field.linear`). Beside it, the views the
 CPU kernels take: :func:`as_numpy_u32` and :func:`typed_list`.
 """
 

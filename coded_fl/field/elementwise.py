@@ -1,7 +1,7 @@
 """Elementwise arithmetic of GF(p): add, subtract, multiply, negate, powers and inverses.
 
 :class:`ElementwiseOps` is one part of :class:`~coded_fl.field.PrimeField`, over
-:class:`~coded_fl.field_core.FieldCore`: each operation checks its inputs and runs as a numba
+:class:`~coded_fl.field.core.FieldCore`: each operation checks its inputs and runs as a numba
 kernel on CPU tensors or as torch ``int64`` operations elsewhere.
 """
 
@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from coded_fl.errors import InputError
-from coded_fl.field_core import FieldCore, as_numpy_u32
+from coded_fl.field.core import FieldCore, as_numpy_u32
 from coded_fl.kernels import cpu as _cpu
 from coded_fl.kernels import torch_impl as _tk
 
@@ -24,7 +24,7 @@ class ElementwiseOps(FieldCore):
     Parameters
     ----------
     p, backend
-        As for :class:`~coded_fl.field_core.FieldCore`.
+        As for :class:`~coded_fl.field.core.FieldCore`.
     """
 
     # ------------------------------------------------------------------ elementwise

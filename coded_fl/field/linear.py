@@ -2,7 +2,7 @@
 :meth:`~LinearCombinations.matmul`, fused passes over k vectors.
 
 :class:`LinearCombinations` is one part of :class:`~coded_fl.field.PrimeField`, over
-:class:`~coded_fl.field_core.FieldCore`: the gradient-code encoding step and the decoder's
+:class:`~coded_fl.field.core.FieldCore`: the gradient-code encoding step and the decoder's
 combination step.
 """
 
@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from coded_fl.errors import InputError
-from coded_fl.field_core import Coefficients, FieldCore, as_numpy_u32, typed_list
+from coded_fl.field.core import Coefficients, FieldCore, as_numpy_u32, typed_list
 from coded_fl.kernels import cpu as _cpu
 from coded_fl.kernels import torch_impl as _tk
 
@@ -27,7 +27,7 @@ class LinearCombinations(FieldCore):
     Parameters
     ----------
     p, backend
-        As for :class:`~coded_fl.field_core.FieldCore`.
+        As for :class:`~coded_fl.field.core.FieldCore`.
     """
 
     # ------------------------------------------------------------------ combinations

@@ -13,9 +13,9 @@ import numpy as np
 import torch
 
 from coded_fl.errors import ConfigurationError, InputError
-from coded_fl.layout_arrays import _floating, flatten
-from coded_fl.layout_geometry import METRIC_BOUND, LayoutGeometry
-from coded_fl.layout_integers import (
+from coded_fl.layout.arrays import _floating, flatten
+from coded_fl.layout.geometry import METRIC_BOUND, LayoutGeometry
+from coded_fl.layout.integers import (
     INTEGER_BASE,
     INTEGER_KINDS,
     MAX_INTEGER_WEIGHT,

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from coded_fl.errors import InputError
-from coded_fl.layout_arrays import _numpy
+from coded_fl.layout.arrays import _numpy
 
 __all__ = [
     "INTEGER_BASE",
