@@ -20,13 +20,13 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
-from coded_fl.errors import CodedFLError, DecodingError
-from coded_fl.secagg.messages import Refusal
+from coded_fl.errors import CodedFLError
+from coded_fl.secagg.messages import Refusal, ViewRequest
 from coded_fl.secagg.replies import SiloNotes, take
-from coded_fl.secagg.server import RoundAborted, RoundResult, ServerMachine
+from coded_fl.secagg.runs import KeyExchange, KeyExchangeError, RoundRun
+from coded_fl.secagg.server import RoundAborted, ServerMachine
 from coded_fl.secagg.transport import EXPECT, Reply, Transport, Waits
 
 __all__ = ["KeyExchange", "KeyExchangeError", "ProtocolDriver", "RoundRun"]
@@ -39,72 +39,8 @@ _RECEIVE_STEP = {
     "train": "server_upload",
     "recovery": "server_recovery",
     "reveal": "server_reveal",
+    "view": "server_view",
 }
-
-
-@dataclass
-class RoundRun:
-    """One round as the driver ran it.
-
-    Attributes
-    ----------
-    result
-        The machine's decode, or why the round aborted.
-    round_trips
-        Request/reply trips (train, recovery, evidence, retries).
-    close_seconds
-        From the train requests to the close of the collection (transport clock).
-    errors
-        Silo -> why one of its replies was not taken (the last one).
-    accused
-        Accused silo -> the accusation, then the verdict on it.
-    """
-
-    result: RoundResult | RoundAborted | None = None
-    round_trips: int = 0
-    close_seconds: float = 0.0
-    errors: dict[int, str] = field(default_factory=dict)
-    accused: dict[int, str] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class KeyExchange:
-    """One key exchange as the driver ran it.
-
-    Attributes
-    ----------
-    asked
-        The silos asked.
-    missing
-        Those asked that sent no key (the rounds can do without them).
-    errors
-        Silo -> why its reply failed (silos missing here sent nothing in time).
-    """
-
-    asked: tuple[int, ...]
-    missing: tuple[int, ...]
-    errors: dict[int, str]
-
-
-class KeyExchangeError(DecodingError):
-    """A key exchange left too few silos with keys for a round (the machine's
-    :class:`~coded_fl.errors.DecodingError`, with what each silo answered).
-
-    Attributes
-    ----------
-    asked
-        The silos asked.
-    keyed
-        Those that sent a key.
-    errors
-        Silo -> why its reply failed (silos missing here sent nothing in time).
-    """
-
-    def __init__(
-        self, why: str, asked: tuple[int, ...], keyed: tuple[int, ...], errors: dict[int, str]
-    ) -> None:
-        super().__init__(why)
-        self.asked, self.keyed, self.errors = asked, keyed, errors
 
 
 class ProtocolDriver:
@@ -310,15 +246,53 @@ class ProtocolDriver:
             run.result = out
             return run
         if out:
-            self._recover(tag, out, run, waits)
+            aborted = self._recover(tag, out, run, waits)
+            if aborted is not None:
+                run.result = aborted
+                return run
         run.result = self._step("server_finish", machine.finish)
         return run
 
-    def _recover(self, number: int, requests: list[Any], run: RoundRun, waits: Waits) -> None:
-        """The recovery stage (and its evidence stage and retries) of round ``number`` (as the
-        transport files it)."""
+    def _views(
+        self, number: int, requests: list[Any], run: RoundRun, end: float
+    ) -> list[Any] | RoundAborted:
+        """The view stage where the silos sign their keys (:mod:`coded_fl.secagg.views`): while
+        the machine asks for signatures of a survivor set, send, collect until all are in or
+        ``end`` (a recovery's wait, :attr:`Waits.recovery`, of its own), close; then the
+        recovery requests (or why the round ends)."""
+        while requests and isinstance(requests[0], ViewRequest):
+            self._view_stage(number, requests, run, end)
+            requests = self._step("server_views", self.machine.close_views)
+            if isinstance(requests, RoundAborted):
+                return requests
+        return requests
+
+    def _view_stage(self, number: int, requests: list[Any], run: RoundRun, end: float) -> None:
+        """Send one set's view requests; collect until every member signed, every one asked
+        answered (a refusal too), or ``end``."""
         machine, tr = self.machine, self.transport
-        batch = tr.send(requests, stage="recovery", round_=number)
+        batch = tr.send(requests, stage="view", round_=number)
+        run.round_trips += 1
+        asked, answered = set(batch.silos), set()
+
+        def on_view(reply: Reply) -> bool:
+            self.take_reply("view", reply, run.errors)
+            answered.add(reply.silo)
+            return machine.views_complete or answered >= asked
+
+        tr.collect(batch, (EXPECT["view"], Refusal), on_view, deadline=lambda: end)
+
+    def _recover(
+        self, number: int, requests: list[Any], run: RoundRun, waits: Waits
+    ) -> RoundAborted | None:
+        """The recovery stage (after the survivor views where the silos sign their keys, and
+        with its evidence stage and retries) of round ``number`` (as the transport files it);
+        the abort if the views could not complete."""
+        machine, tr = self.machine, self.transport
+        signed = self._views(number, requests, run, tr.now() + waits.recovery)
+        if isinstance(signed, RoundAborted):
+            return signed
+        batch = tr.send(signed, stage="recovery", round_=number)
         run.round_trips += 1
         self._step("server_sum", machine.sum_uploads)  # the bulk of the decode, while it travels
         end = tr.now() + waits.recovery
@@ -349,12 +323,16 @@ class ProtocolDriver:
                 number,
                 list(again[0].survivors) if again else [],
             )
-            batch = tr.send(again, stage="recovery", round_=number)
+            signed = self._views(number, again, run, end)
+            if isinstance(signed, RoundAborted):
+                return signed
+            batch = tr.send(signed, stage="recovery", round_=number)
             run.round_trips += 1
             self._step("server_sum", machine.sum_uploads)  # over the new survivor set
             check_until.clear()
             tr.collect(batch, expect, on_recovery, deadline=close)
             self._settle_disputes(number, run, end)
+        return None
 
     def _settle_disputes(self, number: int, run: RoundRun, end: float) -> None:
         """The evidence stage, only in a round with accusations: each accused silo is asked to

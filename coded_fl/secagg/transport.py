@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from coded_fl.secagg.messages import KeyReply, Message, RecoveryReply, Reveal, Upload
+from coded_fl.secagg.messages import KeyReply, Message, RecoveryReply, Reveal, Upload, ViewReply
 
 __all__ = ["EXPECT", "Batch", "Reply", "Transport", "Waits"]
 
@@ -24,6 +24,7 @@ EXPECT: dict[str, type[Message]] = {
     "train": Upload,
     "recovery": RecoveryReply,
     "reveal": Reveal,
+    "view": ViewReply,
 }
 
 

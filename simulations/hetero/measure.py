@@ -133,7 +133,7 @@ def _run_setting(name: str, tmp: Path, ns: argparse.Namespace, timeout: float) -
 def _packed(
     result: dict[str, Any], init: torch.Tensor, c: float, max_weight: float
 ) -> torch.Tensor:
-    """The update vector the mod quantizes for this replica (``clients/training.py``: ``_partial``)."""
+    """The update vector the mod quantizes for this replica (``clients/training.py``)."""
     rho = float(result["examples"]) / max_weight
     lay = UpdateLayout(model_size=init.numel(), metric_keys=("train_loss",))
     delta = (result["flat"] - init) * rho

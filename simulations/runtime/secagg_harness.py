@@ -38,6 +38,7 @@ from coded_fl.secagg.messages import (
     RevealRequest,
     TrainRequest,
     Upload,
+    ViewRequest,
     decode,
     encode,
 )
@@ -46,7 +47,14 @@ from coded_fl.secagg.replies import take_late
 from coded_fl.secagg.server import RoundAborted, RoundResult, ServerMachine
 from coded_fl.secagg.transport import Batch, Reply, Waits
 
-__all__ = ["Harness", "RoundOutcome", "Silo", "deterministic_entropy", "gaussian_partials"]
+__all__ = [
+    "Harness",
+    "RoundOutcome",
+    "Silo",
+    "deterministic_entropy",
+    "gaussian_partials",
+    "sign_views",
+]
 
 #: partial update of ``partition`` in ``round``: the same tensor for every replica.
 Partials = Callable[[int, int], torch.Tensor]
@@ -58,7 +66,8 @@ class Silo:
 
     ``drop`` is the stage at which it disappears: ``"keys"`` (never answers the key exchange),
     ``"train"`` (gets the TrainRequest, never uploads), ``"recovery"`` (uploads, then never
-    answers the RecoveryRequest). ``delay`` is the virtual time its upload takes to arrive.
+    answers the RecoveryRequest; where the silos sign their keys, ``"view"`` uploads and
+    never signs the survivor set). ``delay`` is the virtual time its upload takes to arrive.
     ``tamper`` may rewrite its partial updates before encoding (a replica that disagrees);
     ``forge`` may rewrite its whole upload (e.g. garble the sealed shares it sends), and
     ``forge_recovery`` its recovery reply (a deviating silo's crafted share sums). ``accuse``
@@ -110,6 +119,35 @@ def deterministic_entropy(seed: int) -> Callable[[int], bytes]:
     """
     rng = random.Random(seed)
     return lambda n: rng.randbytes(n)
+
+
+def sign_views(server: ServerMachine, clients: Mapping[int, ClientMachine], requests: Any) -> Any:
+    """For tests that drive the machines by hand: where the silos sign their keys, what
+    ``close_collection`` (or ``retry_recovery``) returned are view requests; deliver them
+    through the codec and return :meth:`~coded_fl.secagg.server.ServerMachine.close_views`
+    (again while it asks for a smaller set). Anything else is returned as it is.
+
+    Parameters
+    ----------
+    server
+        The server machine.
+    clients
+        Silo -> its machine (a silo missing here signs nothing).
+    requests
+        What the server machine returned.
+
+    Returns
+    -------
+    list[RecoveryRequest] | RoundAborted | Any
+        The recovery requests (or the abort), or ``requests`` unchanged.
+    """
+    while isinstance(requests, list) and requests and isinstance(requests[0], ViewRequest):
+        for req in requests:
+            if req.recipient in clients:
+                reply = clients[req.recipient].receive(decode(encode(req)))
+                server.receive(decode(encode(reply)))
+        requests = server.close_views()
+    return requests
 
 
 def gaussian_partials(d: int, *, seed: int = 0, scale: float = 0.1) -> Partials:
@@ -224,7 +262,13 @@ class Harness:
 
     def _note(self, step: str, seconds: float) -> None:
         """A server step's CPU seconds (a received message's decoding counted in)."""
-        if step in ("server_keys", "server_upload", "server_recovery", "server_reveal"):
+        if step in (
+            "server_keys",
+            "server_upload",
+            "server_recovery",
+            "server_reveal",
+            "server_view",
+        ):
             seconds, self._decode = seconds + self._decode, 0.0
         self._out.steps.setdefault(step, []).append(seconds)
 
@@ -277,6 +321,7 @@ _KINDS = {
     "train": ("train_request", "upload"),
     "recovery": ("recovery_request", "recovery_reply"),
     "reveal": ("reveal_request", "reveal"),
+    "view": ("view_request", "view_reply"),
 }
 
 
@@ -383,7 +428,14 @@ class _Switchboard:
             if b.forge_recovery is not None and isinstance(reply, RecoveryReply):
                 reply = b.forge_recovery(reply)
             return reply, 0.0, ""
-        if not isinstance(msg, RevealRequest):  # pragma: no cover - the driver's four stages
+        if isinstance(msg, ViewRequest):
+            if b.drop == "view":
+                return None, 0.0, ""
+            try:
+                return self._client(silo, "client_view", lambda: c.on_view_request(msg)), 0.0, ""
+            except RemoteProtocolError as exc:  # it signs nothing, and says why
+                return None, 0.0, str(exc)
+        if not isinstance(msg, RevealRequest):  # pragma: no cover - the driver's five stages
             raise TypeError(f"the harness does not answer {type(msg).__name__}")
         if b.withhold:
             return None, 0.0, ""

@@ -274,8 +274,9 @@ class CostModel:
 
         def request(r: int) -> int:
             # per survivor: index and weight (12), public key (36), two lengths (8), and an
-            # unsigned key's empty identity and signature (8; signed keys add 97 or 145)
-            return 37 + 60 * k + (k - r) * token + r * box
+            # unsigned key's empty identity and signature (8; signed keys add 97 or 145); the
+            # count of the survivors' view signatures (4: none without identity keys)
+            return 41 + 60 * k + (k - r) * token + r * box
 
         if self.masking == "aligned":
             # no shares, tags or context (4 + 0); the two edge-key lists hold group 0's e

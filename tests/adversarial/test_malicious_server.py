@@ -33,6 +33,7 @@ from coded_fl.secagg.messages import (
 )
 from coded_fl.secagg.policy import ClientPolicy
 from coded_fl.vocabulary import TRAIN_KEY
+from simulations.runtime.secagg_harness import sign_views
 from strategies import CodedSecAgg
 from tests.adversarial.harness import AdversarialGrid, MachineAdversary, ServerView, change_record
 from tests.unit.test_authenticated_keys import EVE, IDS, TRUST, substituted
@@ -319,7 +320,7 @@ def test_substituted_keys_are_refused_with_identity_keys(masking: str) -> None:
         }
         for req in requests:
             adv.server.receive(adv.task_and_upload(req.recipient, req)[1])
-        recovery = adv.server.close_collection()
+        recovery = sign_views(adv.server, adv.clients, adv.server.close_collection())
         assert isinstance(recovery, list)
         for req in recovery:
             keys = tuple(

@@ -100,6 +100,11 @@ def fields(raw: bytes) -> list[Field]:
         for _ in range(n):  # per survivor: its key, identity key and signature
             for name in ("key", "identity", "signature"):
                 blob(name)
+        views = u32(pos)  # the survivors' view signatures (0 or n of them)
+        out.append(Field(pos, "count", "views"))
+        pos += 4
+        for _ in range(views):
+            blob("view")
     elif kind == 6:  # RecoveryReply
         out += [Field(pos, "count", "rows"), Field(pos + 4, "count", "cols")]
     elif kind == 7:  # Refusal
@@ -119,6 +124,13 @@ def fields(raw: bytes) -> list[Field]:
         out.append(Field(pos, "id", "accuser"))
         pos += 4
         blob("secret")
+    elif kind == 10:  # ViewRequest: the survivors
+        n = u32(pos)
+        out.append(Field(pos, "count", "survivors"))
+        pos += 4
+        out += [Field(pos + 4 * i, "id", "survivor") for i in range(n)]
+    elif kind == 11:  # ViewReply: the signature
+        blob("view signature")
     return out
 
 

@@ -34,6 +34,7 @@ from coded_fl.secagg.messages import (
     Refusal,
     RefusalCode,
     Upload,
+    ViewRequest,
     decode,
     encode,
 )
@@ -140,7 +141,13 @@ def recording() -> Recording:
             rec.server["collecting"] = copy.deepcopy(s)
         for up in uploads[1:2] + uploads[3:]:
             s.receive(up)
-        requests = s.close_collection()
+        views = s.close_collection()  # the silos sign their keys: survivor views first
+        assert isinstance(views, list) and all(isinstance(v, ViewRequest) for v in views)
+        got["view"] = list(views)
+        got["view_reply"] = [c[q.recipient].receive(q) for q in views]
+        for v in got["view_reply"]:
+            s.receive(v)
+        requests = s.close_views()
         # 5 survivors, groups {0, 1, 2} and {3, 4}: row 0 and every group comparison (3)
         assert isinstance(requests, list) and len(requests[0].weights) == 4
         got["recovery"] = list(requests)

@@ -136,10 +136,12 @@ def test_tampered_share_is_refused_and_its_sender_named(healthy: TestBed) -> Non
     rep = run_app(healthy, cfg)
     assert rep["key_exchanges"] == [[1, [0, 1, 2]]]
     first, second = rep["rounds"]
-    # round 1: an accusation costs one round trip more (site 0 is asked to reveal the key of
-    # the disputed share); a share that does not open never gives a wrong sum
+    # round 1: train, the survivor views (the sites sign their keys: every survivor signs S
+    # before a recovery over it), recovery, and one round trip more for the accusation (site 0
+    # is asked to reveal the key of the disputed share); a share that does not open never
+    # gives a wrong sum
     assert sites(first, "accused") == {"site0"}, first
-    assert first["round_trips"] == 3 and not first["ok"], first
+    assert first["round_trips"] == 4 and not first["ok"], first
     (accused,) = first["accused"].values()
     assert "judged on the evidence" in accused and "lied" in accused
     assert first["offender_sites"] == ["site0"], first
@@ -151,4 +153,4 @@ def test_tampered_share_is_refused_and_its_sender_named(healthy: TestBed) -> Non
     # round 2: site 0 is left out; the other two complete it, with no accusation
     assert second["ok"], second
     assert "site0" in second["excluded_sites"] and not second["accused_sites"], second
-    assert second["round_trips"] == 2, second
+    assert second["round_trips"] == 3, second  # train, views, recovery

@@ -44,7 +44,7 @@ from coded_fl.secagg.messages import (
     encode,
 )
 from coded_fl.secagg.policy import ClientPolicy
-from simulations.runtime.secagg_harness import Harness
+from simulations.runtime.secagg_harness import Harness, sign_views
 
 CFG = ProtocolConfig(
     num_silos=4, num_stragglers=1, privacy_threshold=1, vector_length=8, run_id="auth"
@@ -118,7 +118,7 @@ def test_a_substituted_recovery_key_is_refused_by_a_silo_that_missed_the_round()
         c = h.clients[q.recipient]
         task = c.on_train_request(q)
         h.server.receive(c.upload(task, [h.partials(2, k) for k in task.partitions]))
-    requests = h.server.close_collection()
+    requests = sign_views(h.server, h.clients, h.server.close_collection())
     assert isinstance(requests, list)
     req = next(q for q in requests if q.recipient == 0)
     i = req.survivors.index(2)

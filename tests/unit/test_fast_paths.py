@@ -171,15 +171,24 @@ def test_frame_npy_is_what_np_save_of_the_frame_writes(sizes: list[int]) -> None
 
 
 def test_encode_parts_joins_to_encode_for_every_message_type() -> None:
-    from coded_fl.secagg.messages import Refusal, RefusalCode, encode, encode_parts
+    from coded_fl.secagg.messages import (
+        Refusal,
+        RefusalCode,
+        ViewReply,
+        ViewRequest,
+        encode,
+        encode_parts,
+    )
     from tests.fuzz.stages import recording  # messages of every type, from real rounds
 
     rec = recording()
     pools = [*rec.to_server.values(), *rec.to_client.values()]
     messages = [m for pool in pools for m in pool]
-    messages.append(
-        Refusal(digest=bytes(8), round=1, sender=2, recipient=-1, code=RefusalCode.ACCUSES)
-    )
+    messages += [
+        Refusal(digest=bytes(8), round=1, sender=2, recipient=-1, code=RefusalCode.ACCUSES),
+        ViewRequest(digest=bytes(8), round=1, sender=-1, recipient=2, survivors=(0, 2, 3)),
+        ViewReply(digest=bytes(8), round=1, sender=2, recipient=-1, signature=bytes(64)),
+    ]
     kinds = {type(m).__name__ for m in messages}
     assert {"KeyRequest", "KeyReply", "TrainRequest", "Upload", "RecoveryRequest"} <= kinds
     assert {"RecoveryReply", "Refusal"} <= kinds

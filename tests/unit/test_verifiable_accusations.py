@@ -42,7 +42,7 @@ from coded_fl.secagg.messages import (
     encode,
 )
 from coded_fl.secagg.server import RoundAborted
-from simulations.runtime.secagg_harness import Harness, Silo
+from simulations.runtime.secagg_harness import Harness, Silo, sign_views
 
 CFG = ProtocolConfig(
     num_silos=5,
@@ -141,7 +141,7 @@ def _collect(h: Harness) -> list[RecoveryRequest]:
         c = h.clients[q.recipient]
         task = c.receive(q)
         s.receive(c.upload(task, [h.partials(1, k) for k in task.partitions]))
-    requests = s.close_collection()
+    requests = sign_views(s, h.clients, s.close_collection())  # with identities: views first
     assert isinstance(requests, list)
     return requests
 

@@ -23,6 +23,11 @@ Theory of operation (see ``docs/protocol.md`` for the whole protocol):
    from the silo's private key and the upload's context, after checking that the relayed
    entry holds the ephemeral key it made for that recipient and, with a trust roster, that
    the accuser signed the accusation (:mod:`coded_fl.secagg.evidence`). Nothing changes.
+5. ``ViewRequest`` (round r, a survivor set S; only where the silos sign their keys) ->
+   :meth:`on_view_request` -> ``ViewReply``: its identity's signature of S, if it uploaded r,
+   S holds it and enough silos, and S is nested in the set it signed for r before
+   (:mod:`coded_fl.secagg.views`); it keeps the set, and with a trust roster answers a
+   ``RecoveryRequest`` only over the last set it signed, with every survivor's signature.
 
 Every share (derived or sealed) has its own ephemeral X25519 key, whose public half travels in
 the share's entry of the upload; with an identity key the silo signs every entry. Every share's
@@ -51,6 +56,7 @@ transitions (anything else raises and changes nothing)::
     any keyed stage --TrainRequest(r' > r)--> TRAINING(r')
     any keyed stage --KeyRequest(same config)--> same stage (the same public key again)
     any keyed stage --RevealRequest(its own share's entry)--> same stage (a Reveal)
+    any keyed stage --ViewRequest(r uploaded, S nested in its last)--> same stage (a ViewReply)
 
 The state (keys included) round-trips through :meth:`to_bytes` / :meth:`from_bytes` so a Flower
 ClientApp can keep it in ``context.state`` between messages. It never leaves the silo.
@@ -59,7 +65,8 @@ Modules, by phase: :mod:`~coded_fl.secagg.client.state` (stages, the train task,
 phase shares), :mod:`~coded_fl.secagg.client.refusals`, :mod:`~coded_fl.secagg.client.sealing`
 (a share's keys and entry), :mod:`~coded_fl.secagg.client.keys`,
 :mod:`~coded_fl.secagg.client.train`, :mod:`~coded_fl.secagg.client.upload`,
-:mod:`~coded_fl.secagg.client.recovery`, :mod:`~coded_fl.secagg.client.reveal`, and
+:mod:`~coded_fl.secagg.client.recovery`, :mod:`~coded_fl.secagg.client.reveal`,
+:mod:`~coded_fl.secagg.client.views`, and
 :mod:`~coded_fl.secagg.client.machine`, which puts them together with the constructor,
 ``receive`` and the persistence. The key derivation of seed-derived shares lives in
 :mod:`coded_fl.secagg.derive`, the interpolation in :mod:`coded_fl.secagg.sharing`.

@@ -19,6 +19,7 @@ from coded_fl.secagg.client.reveal import RevealPhase
 from coded_fl.secagg.client.state import ClientStage, Reaction
 from coded_fl.secagg.client.train import TrainPhase
 from coded_fl.secagg.client.upload import UploadPhase
+from coded_fl.secagg.client.views import ViewPhase
 from coded_fl.secagg.config import ProtocolConfig
 from coded_fl.secagg.derive import request_digest
 from coded_fl.secagg.messages import (
@@ -28,11 +29,12 @@ from coded_fl.secagg.messages import (
     RecoveryRequest,
     RevealRequest,
     TrainRequest,
+    ViewRequest,
 )
 from coded_fl.secagg.policy import ClientPolicy
 
 
-class ClientMachine(KeysPhase, TrainPhase, UploadPhase, RecoveryPhase, RevealPhase):
+class ClientMachine(KeysPhase, TrainPhase, UploadPhase, RecoveryPhase, RevealPhase, ViewPhase):
     """One silo. ``silo`` is its index 0..n-1 (taken from the first KeyRequest if None).
 
     Parameters
@@ -67,6 +69,9 @@ class ClientMachine(KeysPhase, TrainPhase, UploadPhase, RecoveryPhase, RevealPha
         # per round uploaded, the digest of the inputs it trained on (binds its shares; the
         # recovery checks every survivor's shares against this silo's own digest)
         self.inputs: dict[int, bytes] = {}
+        # per round, the survivor set this silo signed last (survivor views): it answers a
+        # recovery request only for that set
+        self.viewed: dict[int, tuple[int, ...]] = {}
         self.edge_keys: dict[tuple[int, int], bytes] = {}  # masking="aligned": secret
         self.stats = QuantizationStats()
         # in stage NEW a train or recovery request meets _check_header, which raises NeedsKeysError
@@ -81,12 +86,14 @@ class ClientMachine(KeysPhase, TrainPhase, UploadPhase, RecoveryPhase, RevealPha
             (ClientStage.NEW, TrainRequest): self._check_header,  # type: ignore[dict-item]
             (ClientStage.NEW, RecoveryRequest): self._check_header,  # type: ignore[dict-item]
             (ClientStage.NEW, RevealRequest): self._check_header,  # type: ignore[dict-item]
+            (ClientStage.NEW, ViewRequest): self._check_header,  # type: ignore[dict-item]
         }
         for stage in keyed:
             self._table[(stage, KeyRequest)] = self.on_key_request
             self._table[(stage, TrainRequest)] = self.on_train_request
             self._table[(stage, RecoveryRequest)] = self.on_recovery_request
             self._table[(stage, RevealRequest)] = self.on_reveal_request
+            self._table[(stage, ViewRequest)] = self.on_view_request
 
     def receive(self, msg: Message) -> Reaction:
         """Take one server message: the one entry point of the machine.
@@ -142,6 +149,7 @@ class ClientMachine(KeysPhase, TrainPhase, UploadPhase, RecoveryPhase, RevealPha
             "trained": list(self.trained),
             "uploaded": list(self.uploaded),
             "inputs": [[r, d.hex()] for r, d in sorted(self.inputs.items())],
+            "viewed": [[r, list(s)] for r, s in sorted(self.viewed.items())],
             "floor": self.floor,
             "edges": [[q, h, k.hex()] for (q, h), k in sorted(self.edge_keys.items())],
             "fixed_weight": self.fixed_weight,
@@ -197,6 +205,7 @@ class ClientMachine(KeysPhase, TrainPhase, UploadPhase, RecoveryPhase, RevealPha
             m.trained = tuple(int(r) for r in state.get("trained", ()))
             m.uploaded = tuple(int(r) for r in state.get("uploaded", ()))
             m.inputs = {int(r): bytes.fromhex(d) for r, d in state.get("inputs", ())}
+            m.viewed = {int(r): tuple(int(i) for i in s) for r, s in state.get("viewed", ())}
             m.edge_keys = {(int(q), int(h)): bytes.fromhex(k) for q, h, k in state.get("edges", ())}
             m.fixed_weight = float(state.get("fixed_weight", 0.0))
         except (ValueError, KeyError, TypeError, RemoteProtocolError) as exc:

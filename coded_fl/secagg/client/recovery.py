@@ -16,6 +16,7 @@ from coded_fl.errors import (
 from coded_fl.prg import SEED_BYTES, MaskStream
 from coded_fl.secagg.client.sealing import SealingCore
 from coded_fl.secagg.client.state import NEEDS_KEYS, ClientStage
+from coded_fl.secagg.client.views import check_views
 from coded_fl.secagg.config import ProtocolConfig
 from coded_fl.secagg.derive import CONFIRM_BYTES, CONTEXT_BYTES, tags_match
 from coded_fl.secagg.evidence import (
@@ -97,6 +98,10 @@ class RecoveryPhase(SealingCore):
         identities = [c[0] for c in msg.credentials] or [b""] * len(survivors)
         if len(identities) != len(survivors):
             raise RemoteProtocolError("one credential per survivor is required", sender=SERVER)
+        if self.policy.trusted is not None:  # survivor views: the set every survivor signed
+            check_views(
+                cfg, msg, silo=silo, signed=self.viewed.get(msg.round), identities=identities
+            )
         for i, box, token, identity in zip(survivors, msg.shares, tokens, identities, strict=True):
             if bool(token) == bool(box):
                 raise RemoteProtocolError(

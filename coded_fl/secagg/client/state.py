@@ -17,7 +17,15 @@ from coded_fl.errors import (
 from coded_fl.prg import Entropy
 from coded_fl.quantize import QuantizationStats, RoundingKey
 from coded_fl.secagg.config import ProtocolConfig
-from coded_fl.secagg.messages import SERVER, KeyReply, Message, RecoveryReply, RefusalCode, Reveal
+from coded_fl.secagg.messages import (
+    SERVER,
+    KeyReply,
+    Message,
+    RecoveryReply,
+    RefusalCode,
+    Reveal,
+    ViewReply,
+)
 from coded_fl.secagg.policy import ClientPolicy
 
 #: Rounds are below 2**63 (they bind the sealed shares' associated data).
@@ -59,7 +67,7 @@ class TrainTask:
 
 
 #: What :meth:`ClientMachine.receive` returns.
-Reaction = KeyReply | TrainTask | RecoveryReply | Reveal
+Reaction = KeyReply | TrainTask | RecoveryReply | Reveal | ViewReply
 
 
 class MachineCore:
@@ -82,6 +90,7 @@ class MachineCore:
     _pairwise: dict[tuple[bytes, int, bytes], bytes]
     uploaded: tuple[int, ...]
     inputs: dict[int, bytes]
+    viewed: dict[int, tuple[int, ...]]
     edge_keys: dict[tuple[int, int], bytes]
     stats: QuantizationStats
     _table: dict[tuple[ClientStage, type[Message]], Callable[[Any], Reaction]]

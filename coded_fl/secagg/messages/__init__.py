@@ -19,7 +19,8 @@ configuration reads the type first (:func:`peek_header`) and decodes with its li
 Modules: :mod:`~coded_fl.secagg.messages.records` (the message dataclasses, refusal codes,
 :class:`Limits`), :mod:`~coded_fl.secagg.messages.framing` (the header's layout and the shared
 bounds-checked reader), :mod:`~coded_fl.secagg.messages.codecs` (each type's writer and reader
-side by side, in one registry, from which the type bytes' map is derived) and
+side by side, in one registry, from which the type bytes' map is derived; the evidence and
+view stages' pairs in :mod:`~coded_fl.secagg.messages.stage_codecs`) and
 :mod:`~coded_fl.secagg.messages.wire` (:func:`encode`, :func:`decode`, :func:`peek_header`).
 A new message type is a dataclass in ``records`` and a writer/reader pair and one registry line
 in ``codecs``.
@@ -44,6 +45,8 @@ from coded_fl.secagg.messages.records import (
     RevealRequest,
     TrainRequest,
     Upload,
+    ViewReply,
+    ViewRequest,
 )
 from coded_fl.secagg.messages.wire import (
     Header,
@@ -74,6 +77,8 @@ __all__ = [
     "RevealRequest",
     "TrainRequest",
     "Upload",
+    "ViewReply",
+    "ViewRequest",
     "decode",
     "encode",
     "encode_parts",

@@ -17,7 +17,7 @@ from coded_fl.crypto import SEAL_OVERHEAD
 from coded_fl.errors import InputError, RemoteProtocolError
 from coded_fl.secagg.aligned import EDGE_KEY_BYTES
 from coded_fl.secagg.derive import CONFIRM_BYTES, CONTEXT_BYTES
-from coded_fl.secagg.evidence import EPHEMERAL_BYTES, SIGNATURE_SIZES
+from coded_fl.secagg.evidence import SIGNATURE_SIZES
 from coded_fl.secagg.messages.framing import (
     Reader,
     blob_bytes,
@@ -45,6 +45,19 @@ from coded_fl.secagg.messages.records import (
     RevealRequest,
     TrainRequest,
     Upload,
+    ViewReply,
+    ViewRequest,
+)
+from coded_fl.secagg.messages.stage_codecs import (
+    VIEW_SIGNATURE_SIZES,
+    _read_reveal,
+    _read_reveal_request,
+    _read_view_reply,
+    _read_view_request,
+    _write_reveal,
+    _write_reveal_request,
+    _write_view_reply,
+    _write_view_request,
 )
 
 Parts = list[bytes | memoryview]
@@ -224,6 +237,10 @@ def _write_recovery_request(msg: RecoveryRequest, parts: Parts) -> None:
         blob_bytes(k) + blob_bytes(i) + blob_bytes(g)
         for k, (i, g) in zip(msg.keys, creds, strict=True)
     ]
+    if msg.views and len(msg.views) != n:
+        raise InputError("RecoveryRequest: one view signature per survivor, or none")
+    parts.append(struct.pack("<I", len(msg.views)))
+    parts += [blob_bytes(v) for v in msg.views]
 
 
 def _read_recovery_request(r: Reader, head: Head, lim: Limits | None, sz: Sizes) -> Message:
@@ -257,6 +274,10 @@ def _read_recovery_request(r: Reader, head: Head, lim: Limits | None, sz: Sizes)
                 f"{len(token)} bytes; expected exactly one ({list(sz.share_sizes or ())} or "
                 f"{list(signed_sizes(TOKEN_BYTES))})"
             )
+    count = r.count(4 + min(VIEW_SIGNATURE_SIZES), n, "view signatures")
+    if count not in (0, n):
+        raise RemoteProtocolError(f"{count} view signatures for {n} survivors (expected 0 or {n})")
+    views = tuple(r.blob_in(VIEW_SIGNATURE_SIZES, "view signature") for _ in range(count))
     return RecoveryRequest(
         **head,
         survivors=survivors,
@@ -265,6 +286,7 @@ def _read_recovery_request(r: Reader, head: Head, lim: Limits | None, sz: Sizes)
         keys=keys,
         tokens=tokens,
         credentials=signed_or_empty(tuple(c for _, c in signed)),
+        views=views,
     )
 
 
@@ -330,50 +352,6 @@ def _read_refusal(r: Reader, head: Head, lim: Limits | None, sz: Sizes) -> Messa
     )
 
 
-# ----------------------------------------------------------------------------- RevealRequest
-def _write_reveal_request(msg: RevealRequest, parts: Parts) -> None:
-    identity, endorsement = msg.accuser_credential
-    parts.append(struct.pack("<iB", msg.accuser, int(bool(msg.derived))))
-    parts += [blob_bytes(b) for b in (msg.context, msg.item, msg.accuser_key)]
-    parts += [blob_bytes(identity), blob_bytes(endorsement), blob_bytes(msg.accusation)]
-
-
-def _read_reveal_request(r: Reader, head: Head, lim: Limits | None, sz: Sizes) -> Message:
-    accuser, flag = r.unpack("<iB")
-    if flag > 1:
-        raise RemoteProtocolError(f"derived flag {flag} is not 0 or 1")
-    context = r.blob(CONTEXT_BYTES, "share context")
-    if lim is None:
-        item = r.blob(None, "disputed item")
-    elif flag:
-        item = r.blob_in(signed_sizes(TOKEN_BYTES), "disputed token")
-    else:
-        item = r.blob_in(sz.share_sizes, "disputed sealed share")
-    accuser_key = r.blob(sz.key_size, "public key")
-    credential = r.credential()
-    accusation = r.blob_in(SIGNATURE_SIZES, "accusation signature")
-    return RevealRequest(
-        **head,
-        accuser=accuser,
-        derived=bool(flag),
-        context=context,
-        item=item,
-        accuser_key=accuser_key,
-        accuser_credential=credential,
-        accusation=accusation,
-    )
-
-
-# ----------------------------------------------------------------------------- Reveal
-def _write_reveal(msg: Reveal, parts: Parts) -> None:
-    parts.append(struct.pack("<i", msg.accuser) + blob_bytes(msg.secret))
-
-
-def _read_reveal(r: Reader, head: Head, lim: Limits | None, sz: Sizes) -> Message:
-    (accuser,) = r.unpack("<i")
-    return Reveal(**head, accuser=accuser, secret=r.blob(EPHEMERAL_BYTES, "revealed scalar"))
-
-
 #: Every message type's writer and reader, by class.
 CODECS: dict[type[Message], Codec] = {
     KeyRequest: Codec(_write_key_request, _read_key_request),
@@ -385,6 +363,8 @@ CODECS: dict[type[Message], Codec] = {
     Refusal: Codec(_write_refusal, _read_refusal),
     RevealRequest: Codec(_write_reveal_request, _read_reveal_request),
     Reveal: Codec(_write_reveal, _read_reveal),
+    ViewRequest: Codec(_write_view_request, _read_view_request),
+    ViewReply: Codec(_write_view_reply, _read_view_reply),
 }
 
 #: The message class of each wire type byte (what a header names), from the same registry.

@@ -19,13 +19,14 @@ if TYPE_CHECKING:
 
 
 MAGIC = b"CFL"
-VERSION = 7  # 2: seed-derived mask shares (context, tags, tokens); 3: group-aligned masks;
+VERSION = 8  # 2: seed-derived mask shares (context, tags, tokens); 3: group-aligned masks;
 # 4: group masks bound to a BLAKE3 digest of the model (was SHA-256); 5: the digest covers the
 # train spec and the user's config record too (clients.mod._model_digest); 6: signed keys (an
 # identity key and an endorsement with every KeyReply and relayed roster entry); 7: verifiable
 # accusations (every share entry carries its ephemeral key and, with an identity, its sender's
 # signature; a refusal carries its accusation's signature; RevealRequest and Reveal), every
-# share's key and sealed box bound to the digest of the round's training inputs
+# share's key and sealed box bound to the digest of the round's training inputs; 8: survivor
+# views (ViewRequest, ViewReply; a RecoveryRequest carries every survivor's signed view)
 SERVER = -1
 
 
@@ -117,6 +118,9 @@ class RecoveryRequest(Message):
     tokens: tuple[bytes, ...] = ()
     #: per survivor, the (identity key, endorsement) relayed with its key (as TrainRequest's)
     credentials: tuple[tuple[bytes, bytes], ...] = ()
+    #: per survivor, its signature of the survivor set (:mod:`coded_fl.secagg.views`; empty:
+    #: a run without identity keys)
+    views: tuple[bytes, ...] = ()
 
 
 @dataclass(frozen=True, eq=False)
@@ -217,6 +221,23 @@ class Reveal(Message):
     TYPE: ClassVar[int] = 9
     accuser: int = 0
     secret: bytes = field(default=b"", repr=False)
+
+
+@dataclass(frozen=True)
+class ViewRequest(Message):
+    """Server -> survivor: sign the survivor set of round ``round``
+    (:mod:`coded_fl.secagg.views`)."""
+
+    TYPE: ClassVar[int] = 10
+    survivors: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class ViewReply(Message):
+    """Survivor -> server: its identity's signature of the survivor set it was sent."""
+
+    TYPE: ClassVar[int] = 11
+    signature: bytes = b""
 
 
 #: The encoding of ``Refusal.accused = None``.

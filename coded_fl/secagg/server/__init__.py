@@ -11,6 +11,11 @@ that orders these calls is :class:`coded_fl.secagg.driver.ProtocolDriver`):
   one RecoveryRequest per survivor: the weights (the code's decoding vector for S, plus parity
   checks when extra uploads came in) and, per survivor, the sealed share it addressed to that
   silo or, for a share it derived (the silo is in its derived set), its context and tag.
+  Where the silos sign their keys (:mod:`coded_fl.secagg.views`), it returns one
+  ViewRequest per survivor first; ``receive(ViewReply)`` keeps each signature that verifies,
+  ``views_complete`` turns true when every member of S signed, and ``close_views`` returns
+  the recovery requests (carrying the signatures), or asks the signers to sign the smaller
+  set they form, or aborts when too few signed (``retry_recovery`` signs S' the same way).
 - ``receive(RecoveryReply)``; ``recovery_ready`` at U replies; ``finish`` decodes
   :math:`\\sum_k q(g_k) = \\sum_{i\\in S} a_i y_i - \\sum_{i \\in S} a_i z_i` and dequantizes it.
 - ``masking="aligned"`` (:mod:`coded_fl.secagg.aligned`): each TrainRequest may relay sealed
@@ -45,7 +50,8 @@ The server only ever holds masked uploads and aggregates: no individual update i
 Modules, by phase: :mod:`~coded_fl.secagg.server.state` (stages, the round's record, results,
 the core every phase shares), :mod:`~coded_fl.secagg.server.keys`,
 :mod:`~coded_fl.secagg.server.collect` (train requests, edge keys, uploads),
-:mod:`~coded_fl.secagg.server.recovery`, :mod:`~coded_fl.secagg.server.disputes`,
+:mod:`~coded_fl.secagg.server.recovery` (with the survivor views),
+:mod:`~coded_fl.secagg.server.disputes`,
 :mod:`~coded_fl.secagg.server.decode`, and :mod:`~coded_fl.secagg.server.machine`, which puts
 them together with the constructor and ``receive``.
 """

@@ -15,6 +15,7 @@ from coded_fl.secagg.messages import (
     Refusal,
     Reveal,
     Upload,
+    ViewReply,
 )
 from coded_fl.secagg.server.collect import CollectPhase
 from coded_fl.secagg.server.decode import DecodePhase
@@ -107,6 +108,7 @@ class ServerMachine(KeysPhase, CollectPhase, RecoveryPhase, DisputePhase, Decode
             (ServerStage.RECOVERING, RecoveryReply): self._on_recovery_reply,  # type: ignore[dict-item]
             (ServerStage.RECOVERING, Refusal): self._on_refusal,  # type: ignore[dict-item]
             (ServerStage.RECOVERING, Reveal): self._on_reveal,  # type: ignore[dict-item]
+            (ServerStage.VIEWING, ViewReply): self._on_view_reply,  # type: ignore[dict-item]
         }
 
     def __repr__(self) -> str:

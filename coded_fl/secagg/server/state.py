@@ -30,6 +30,7 @@ class ServerStage(str, Enum):
     KEYS = "keys"
     READY = "ready"
     COLLECTING = "collecting"
+    VIEWING = "viewing"
     RECOVERING = "recovering"
 
 
@@ -126,6 +127,10 @@ class RoundState:
     # silo -> the digest of the training inputs the driver sent it (start_round): a disputed
     # share is judged under its sender's (docs/protocol.md, "Verifiable accusations")
     inputs: dict[int, bytes] = field(default_factory=dict)
+    # survivor views: the set being signed, whom to ask once it is, and its signatures so far
+    view_set: tuple[int, ...] = ()
+    view_ask: tuple[int, ...] = ()
+    views: dict[int, bytes] = field(default_factory=dict)
 
 
 def survivor_weights(rnd: RoundState) -> np.ndarray:
