@@ -43,6 +43,20 @@ def refusal_for(error: RemoteProtocolError, request: Message) -> Refusal | None:
         code, accused = RefusalCode.ACCUSES, int(error.sender)
     else:
         return None
+    evidence = error.evidence if code == RefusalCode.ACCUSES else b""
+    return _answer(request, code, str(error), accused=accused, evidence=evidence)
+
+
+def _answer(
+    request: Message,
+    code: RefusalCode,
+    detail: str,
+    *,
+    accused: int | None = None,
+    bound: int = 0,
+    evidence: bytes = b"",
+) -> Refusal:
+    """The refusal of ``request`` from the silo it was addressed to (the one builder)."""
     return Refusal(
         digest=request.digest,
         round=request.round,
@@ -50,8 +64,9 @@ def refusal_for(error: RemoteProtocolError, request: Message) -> Refusal | None:
         recipient=SERVER,
         code=code,
         accused=accused,
-        detail=str(error),
-        evidence=error.evidence if code == RefusalCode.ACCUSES else b"",
+        detail=detail,
+        bound=bound,
+        evidence=evidence,
     )
 
 
@@ -70,14 +85,7 @@ def misconfigured(request: Message, detail: str) -> Refusal:
     Refusal
         Code ``MISCONFIGURED``.
     """
-    return Refusal(
-        digest=request.digest,
-        round=request.round,
-        sender=request.recipient,
-        recipient=SERVER,
-        code=RefusalCode.MISCONFIGURED,
-        detail=detail,
-    )
+    return _answer(request, RefusalCode.MISCONFIGURED, detail)
 
 
 def weight_bound(request: Message, detail: str, bound: int) -> Refusal:
@@ -98,12 +106,4 @@ def weight_bound(request: Message, detail: str, bound: int) -> Refusal:
     Refusal
         Code ``WEIGHT_BOUND``.
     """
-    return Refusal(
-        digest=request.digest,
-        round=request.round,
-        sender=request.recipient,
-        recipient=SERVER,
-        code=RefusalCode.WEIGHT_BOUND,
-        detail=detail,
-        bound=bound,
-    )
+    return _answer(request, RefusalCode.WEIGHT_BOUND, detail, bound=bound)
