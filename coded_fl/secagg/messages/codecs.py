@@ -19,6 +19,8 @@ from coded_fl.secagg.aligned import EDGE_KEY_BYTES
 from coded_fl.secagg.derive import CONFIRM_BYTES, CONTEXT_BYTES
 from coded_fl.secagg.evidence import SIGNATURE_SIZES
 from coded_fl.secagg.messages.framing import (
+    Head,
+    Parts,
     Reader,
     blob_bytes,
     credential_pairs,
@@ -59,9 +61,6 @@ from coded_fl.secagg.messages.stage_codecs import (
     _write_view_reply,
     _write_view_request,
 )
-
-Parts = list[bytes | memoryview]
-Head = dict[str, Any]
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,7 @@ uint32 vectors, signed entries, and the bounds-checked :class:`Reader`."""
 from __future__ import annotations
 
 import struct
+from typing import Any
 
 import numpy as np
 import torch
@@ -14,6 +15,11 @@ from coded_fl.secagg.identity import check_credential_sizes
 from coded_fl.secagg.messages.records import SERVER
 
 HEADER = struct.Struct("<3sBB8sQii")
+
+#: A message's encoded pieces, joined on the wire (a writer appends its body's).
+Parts = list[bytes | memoryview]
+#: The decoded header's fields, passed to a body's reader.
+Head = dict[str, Any]
 
 
 #: Bytes of the common header (what :func:`peek_type` reads).

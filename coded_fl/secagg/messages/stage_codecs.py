@@ -5,14 +5,14 @@ registry that names them is :data:`coded_fl.secagg.messages.codecs.CODECS`."""
 from __future__ import annotations
 
 import struct
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from coded_fl.errors import RemoteProtocolError
 from coded_fl.secagg.derive import CONTEXT_BYTES
 from coded_fl.secagg.evidence import EPHEMERAL_BYTES, SIGNATURE_SIZES
-from coded_fl.secagg.messages.framing import Reader, blob_bytes, signed_sizes
+from coded_fl.secagg.messages.framing import Head, Parts, Reader, blob_bytes, signed_sizes
 from coded_fl.secagg.messages.records import (
     TOKEN_BYTES,
     Limits,
@@ -28,8 +28,6 @@ if TYPE_CHECKING:
 
 __all__ = ["VIEW_SIGNATURE_SIZES"]
 
-Parts = list[bytes | memoryview]
-Head = dict[str, Any]
 
 #: The sizes a view signature may have (P-256 or P-384; a view is never unsigned).
 VIEW_SIGNATURE_SIZES = tuple(s for s in SIGNATURE_SIZES if s)
