@@ -65,6 +65,10 @@ class ShuffleRelay:
         other, so a short cap keeps the stages from idling.
     progress
         Called with a line per stage (default: the ``flwr`` logger).
+    reuse_keys
+        Continue the previous epoch's group key when every member offers to for the same
+        members, skipping two of the five stages (the default;
+        :mod:`coded_fl.shuffling.transport.keyreuse`); False agrees a fresh key every epoch.
     """
 
     def __init__(
@@ -78,6 +82,7 @@ class ShuffleRelay:
         node_wait_timeout: float = 120.0,
         poll_interval: float = 0.01,
         progress: Callable[[str], None] | None = None,
+        reuse_keys: bool = True,
     ) -> None:
         for name, value in (
             ("hello_timeout", hello_timeout),
@@ -94,6 +99,7 @@ class ShuffleRelay:
         self.stage_timeout = float(stage_timeout)
         self.node_wait_timeout = float(node_wait_timeout)
         self.progress = progress or (lambda line: LOG.info(line))
+        self.reuse_keys = bool(reuse_keys)
         self._ex = Exchange(grid, poll_interval=float(poll_interval))
         #: member -> the node it answered the latest hello from
         self.nodes_of_members: dict[int, int] = {}
@@ -177,7 +183,7 @@ class ShuffleRelay:
         -------
         ShuffleResult
         """
-        relay = RelayCoordinator(job)
+        relay = RelayCoordinator(job, reuse_keys=self.reuse_keys)
         seconds: dict[str, float] = {}
         t0 = time.monotonic()
         nodes = self._wait_for_nodes(self.min_nodes or len(job.members))

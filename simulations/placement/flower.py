@@ -105,7 +105,7 @@ def make_server_app(opts: argparse.Namespace, out: dict[str, Any]) -> ServerApp:
         )
         run = ShuffledTraining(
             strategy,
-            ShuffleRelay(grid, stage_timeout=120.0),
+            ShuffleRelay(grid, stage_timeout=120.0, reuse_keys=not opts.fresh_keys),
             units_per_silo=opts.units,
             reshuffle_every=opts.every,
             reshuffle=opts.reshuffle,
@@ -139,6 +139,7 @@ def make_server_app(opts: argparse.Namespace, out: dict[str, Any]) -> ServerApp:
             for res in run.results
         ]
         out["stage_seconds"] = [dict(res.seconds) for res in run.results]
+        out["keys_reused"] = [res.keys_reused for res in run.results]
         out["support_partitions_per_silo"] = int(run.support.sum(axis=1).max())
         out["n_units"] = len(job.units)
         out["jobs"] = [res.job.to_json() for res in run.results]
@@ -164,6 +165,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--actors", type=int, default=2)
     ap.add_argument("--drop-silo", type=int, default=-1, help="silo that fails a delivery")
     ap.add_argument("--drop-epoch", type=int, default=1, help="the shuffle epoch it fails")
+    ap.add_argument(
+        "--fresh-keys",
+        action="store_true",
+        help="agree a fresh group key every epoch (default: continue it where safe)",
+    )
     opts = ap.parse_args(argv)
     run_config = {
         "placement": "shuffle",

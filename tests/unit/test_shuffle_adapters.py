@@ -165,7 +165,10 @@ def test_a_stale_context_written_back_loses_no_shuffle_state(tmp_path, stage):
     that ended last) does not lose the epoch's progress."""
     data, now, nxt, apps = _world(tmp_path)
     grid = _StaleWriteBackGrid(apps, node=102, stage=stage)
-    relay = ShuffleRelay(grid, stage_timeout=5, hello_timeout=5)
+    # a JoinRequest only comes with a fresh key: the second epoch would continue the first's
+    relay = ShuffleRelay(
+        grid, stage_timeout=5, hello_timeout=5, reuse_keys=stage is not wire.JoinRequest
+    )
     assert relay.run(_job(now, nxt, "decentralized")).ok  # the node's first epoch
     grid.armed = True  # the second epoch (a reshuffle) races a late train call
     nxt2 = {u: frozenset((k + 1) % K for k in h) for u, h in nxt.items()}
@@ -178,6 +181,10 @@ def test_a_stale_context_written_back_loses_no_shuffle_state(tmp_path, stage):
     }
     state = grid.contexts[102].state[STATE_KEY]
     assert set(state.keys()) == {"store", "state-key"}  # no machine, no epoch key in there
+    # the reshuffle continued the first epoch's group key (hello, plan, deliver), unless the
+    # relay was told to agree a fresh one (the join case)
+    assert res.keys_reused is (stage is not wire.JoinRequest)
+    assert ("join" in res.seconds) is (stage is wire.JoinRequest)
     sealed = (tmp_path / "member-2" / "member.state").read_bytes()
     assert b"private" not in sealed and b"group" not in sealed
 

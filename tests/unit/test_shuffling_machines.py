@@ -55,6 +55,7 @@ MEMBER_TABLE = {
     (MemberStage.HELLO, Hello),
     (MemberStage.HELLO, GroupKeyRequest),
     (MemberStage.HELLO, JoinRequest),
+    (MemberStage.HELLO, PlanRequest),  # the relay continues the previous epoch's key
     (MemberStage.KEYED, Hello),
     (MemberStage.KEYED, GroupKeyRequest),
     (MemberStage.KEYED, JoinRequest),

@@ -265,7 +265,7 @@ def test_a_substituted_public_key(tmp_path, org):
     mallory = KeyPair.generate()
 
     def tamper(stage, m, p):  # everyone but silo 2 is shown mallory's key for silo 2
-        if stage in ("key", "join") and m != 2:
+        if stage in ("key", "join", "plan") and m != 2:
             entries = tuple(
                 dataclasses.replace(e, public_key=mallory.public_bytes) if e.member == 2 else e
                 for e in p.roster.entries
@@ -479,14 +479,16 @@ def test_every_packet_round_trips_and_garbage_is_refused():
     for holdings in (["a", True], {"a": 1}, [1.5], "a"):  # holdings: a list of unit ids
         reply = {"digest": d.hex(), "member": 2, "public_key": "6b" * 32, "tag": ""}
         body = json.dumps({**reply, "store_epoch": 5, "holdings": holdings}).encode()
-        raw = struct.pack("<4sBBI", b"CFLS", 1, 2, len(body)) + body + struct.pack("<I", 0)
+        raw = (
+            struct.pack("<4sBBI", b"CFLS", wire.VERSION, 2, len(body)) + body + struct.pack("<I", 0)
+        )
         with pytest.raises(RemoteProtocolError):
             wire.decode(raw)
     bad_job = dict(job.to_json(), K=0)
     body = json.dumps({"digest": d.hex(), "member": -1, "job": bad_job}).encode()
     import struct
 
-    raw = struct.pack("<4sBBI", b"CFLS", 1, 1, len(body)) + body + struct.pack("<I", 0)
+    raw = struct.pack("<4sBBI", b"CFLS", wire.VERSION, 1, len(body)) + body + struct.pack("<I", 0)
     with pytest.raises(RemoteProtocolError, match="invalid shuffle job"):
         wire.decode(raw)
 

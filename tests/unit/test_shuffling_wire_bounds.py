@@ -45,14 +45,23 @@ def test_a_blob_referenced_many_times_is_refused_without_copying_it():
     assert peak < 1 << 20, f"{peak / 2**20:.1f} MiB"
 
 
+_HELLO_REPLY = {
+    "public_key": "",
+    "tag": "",
+    "store_epoch": None,
+    "resume": "",
+    "resume_members": [],
+}
+
+
 @pytest.mark.parametrize(
     ("kind", "fields", "blobs"),
     [
         (wire.GroupKeyReply, {"boxes": [[0, 0], [2, 0]], "share": 1}, [b"a", b"b"]),
         (wire.GroupKeyReply, {"boxes": [[0, 0]], "share": 0}, [b"a"]),
-        (wire.PlanRequest, {"shares": [[0, 0], [1, 0]]}, [b"a"]),
+        (wire.PlanRequest, {"shares": [[0, 0], [1, 0]], "roster": None}, [b"a"]),
         (wire.JoinReply, {"share": 0}, [b"a", b"unreferenced"]),
-        (wire.HelloReply, {"public_key": "", "tag": "", "store_epoch": None}, [b"stray"]),
+        (wire.HelloReply, {**_HELLO_REPLY, "resume_share": 0}, [b"", b"stray"]),
     ],
 )
 def test_every_blob_is_referenced_exactly_once(kind, fields, blobs):

@@ -28,12 +28,16 @@ Rules:
 Transition table (``done``: aborted, when nothing useful can follow)::
 
     stage    receive(source, ...)       driver calls                          close -> stage
-    hello    HelloReply (source: node)  hello(), close_hello()                key, or done
+    hello    HelloReply (source: node)  hello(), close_hello()                key, plan*, or done
     key      GroupKeyReply (leader)     key_request(), close_key()            join, or done
     join     JoinReply                  join_requests(), close_join()         plan, or done
     plan     PlanReply                  plan_requests(), close_plan()         deliver, or done
     deliver  DeliverReply (silos)       deliver_requests(), close_deliver()   done
     done     (nothing)                  (nothing)
+
+    plan*: every member offered to continue the previous epoch's group key for exactly this
+    roster's members (:mod:`~coded_fl.shuffling.transport.keyreuse`): the key stages are
+    skipped, the shares came with the hello. ``reuse_keys=False`` always agrees a fresh key.
 
     aborts: close_hello without the central sender or any silo; close_key if the leader
     shared no group key; close_join if the central sender did not join; close_plan if no
@@ -115,6 +119,9 @@ class RelayCoordinator(RelayHelloPhase, RelayKeysPhase, RelayDeliveryPhase, Rela
     ----------
     job
         The epoch's public job.
+    reuse_keys
+        Skip the key stages when every member offers to continue the previous epoch's group
+        key for the same members (the default); False always agrees a fresh key.
 
     Raises
     ------
@@ -136,9 +143,11 @@ class RelayCoordinator(RelayHelloPhase, RelayKeysPhase, RelayDeliveryPhase, Rela
         The epoch's roster, once the hello is closed.
     routing, uncoded : ShufflePlan
         The relay's plan (:func:`relay_plan`) and its uncoded counterpart (for the figures).
+    keys_reused : bool
+        True once the hello closed with the previous epoch's group key continued.
     """
 
-    def __init__(self, job: ShuffleJob) -> None:
+    def __init__(self, job: ShuffleJob, *, reuse_keys: bool = True) -> None:
         lost = job.unvouched()
         if lost:
             raise InputError(
@@ -164,6 +173,9 @@ class RelayCoordinator(RelayHelloPhase, RelayKeysPhase, RelayDeliveryPhase, Rela
         self._plan_id = _NO_PLAN
         self._traffic = Traffic()
         self._reports: dict[int, DeliverReply] = {}
+        self._offers: dict[int, tuple[bytes, tuple[int, ...], bytes]] = {}
+        self.reuse_keys = reuse_keys
+        self.keys_reused = False
 
     def __repr__(self) -> str:
         return f"RelayCoordinator({self.job.describe()}, stage={self.stage.value})"
@@ -210,9 +222,11 @@ class RelayCoordinator(RelayHelloPhase, RelayKeysPhase, RelayDeliveryPhase, Rela
             (:meth:`receive`); ``close()`` at the deadline returns False if the epoch was
             aborted.
         """
-        return [
+        keys: list[Step] = [
             ("key", lambda: [(self.leader, self.key_request())], self.receive, self.close_key),
             ("join", self.join_requests, self.receive, self.close_join),
+        ]
+        return (keys if self.stage is RelayStage.KEY else []) + [
             ("plan", self.plan_requests, self.receive, self.close_plan),
             ("deliver", self.deliver_requests, self.receive, self._close_deliver),
         ]

@@ -23,8 +23,9 @@ aggregation):
 Who reads what: the relay sees public keys, tags, the boxes (ciphertext) and who is a member; it
 never holds a private key, a pairwise key, the group key or anything derived from them. Every
 member of the roster learns the group key. A member that was not in the roster (it did not
-answer in time) learns nothing of this epoch. Fresh keys every epoch: a past or future epoch's
-messages do not open under this epoch's keys.
+answer in time) learns nothing of this epoch. A key per epoch: a past or future epoch's
+messages do not open under this epoch's keys (the next epoch with the same members may continue
+this key one-way instead of agreeing a fresh one: :mod:`~coded_fl.shuffling.transport.keyreuse`).
 
 Trust in the relay: without an ``org_key`` the relay is trusted to pass public keys unchanged
 (honest but curious, the threat model of the secure aggregation in ``docs/protocol.md``): an

@@ -36,6 +36,7 @@ def run_loopback(
     lose: Callable[[str, int], bool] | None = None,
     tamper: Callable[[str, int, Packet], Packet] | None = None,
     tap: Callable[[bytes], None] | None = None,
+    reuse_keys: bool = True,
 ) -> ShuffleResult:
     """Run one epoch through the relay's and the members' machines, in one process.
 
@@ -57,6 +58,8 @@ def run_loopback(
         ``tamper(stage, member, packet)`` may rewrite a request before the member gets it.
     tap
         Sees every encoded packet, both ways.
+    reuse_keys
+        As for :class:`~coded_fl.shuffling.transport.coordinator.RelayCoordinator`.
 
     Returns
     -------
@@ -69,7 +72,7 @@ def run_loopback(
     ConfigurationError, InputError
         The job cannot work (raised by the relay before any member is asked).
     """
-    relay = RelayCoordinator(job)
+    relay = RelayCoordinator(job, reuse_keys=reuse_keys)
     gone = drop or (lambda stage, m: False)
     lost = lose or (lambda stage, m: False)
 

@@ -27,15 +27,18 @@ Transition table, (stage, request) -> stage after the reply (``.``: refused)::
 
     stage \\ request  Hello   GroupKeyRequest  JoinRequest  PlanRequest  DeliverRequest
     idle             hello   .                .            .            .
-    hello            hello*  keyed (leader)   keyed        .            .
+    hello            hello*  keyed (leader)   keyed        planned**    .
     keyed            hello*  keyed (leader)   keyed        planned      .
     planned          hello*  .                .            planned      delivered (silos)
     delivered        hello*  .                .            .            delivered
 
     hello*: the same job keeps its stage (and its key pair); a new job starts over in "hello".
+    planned**: the relay skipped the key stages; the member continues the previous epoch's
+    group key if it offered to at the hello and the roster has the same members, else refused.
     A node the job does not list as a member gets an empty HelloReply; nothing changes.
 
-What each handler does: Hello, a fresh X25519 key pair for the epoch; GroupKeyRequest (the
+What each handler does: Hello, a fresh X25519 key pair for the epoch, and an offer to continue
+the previous epoch's group key (:mod:`~coded_fl.shuffling.transport.keyreuse`); GroupKeyRequest (the
 leader only), draw the group key and seal it for every other member; JoinRequest (the others),
 open the group key; both answer with this member's sealed manifest share
 (:mod:`~coded_fl.shuffling.transport.shares`); PlanRequest, open and merge every share, plan, make
@@ -63,6 +66,7 @@ from typing import Any
 
 from coded_fl.errors import InputError, RemoteProtocolError
 from coded_fl.shuffling.storage.store import UnitStore
+from coded_fl.shuffling.transport.keyreuse import KeyCarry
 from coded_fl.shuffling.transport.member_delivery import MemberDeliveryPhase
 from coded_fl.shuffling.transport.member_keys import MemberKeysPhase
 from coded_fl.shuffling.transport.member_state import MemberStage
@@ -83,7 +87,7 @@ from coded_fl.shuffling.transport.wire import (
 
 __all__ = ["MemberStage", "ShuffleMember"]
 
-_STATE_VERSION = 1
+_STATE_VERSION = 2  # 2: the carried group key and the pending continuation
 
 
 def _hex(b: bytes | None) -> str | None:
@@ -135,6 +139,7 @@ class ShuffleMember(MemberKeysPhase, MemberDeliveryPhase):
         self.member = member
         self._org_key = org_key
         self._entropy = entropy
+        self._carry = None
         self._reset(None)
 
     @property
@@ -170,6 +175,9 @@ class ShuffleMember(MemberKeysPhase, MemberDeliveryPhase):
             "specs": self._specs,
             "plan_id": _hex(self.plan_id),
             "delivered": None if self._delivered is None else encode(self._delivered).hex(),
+            "carry": None if self._carry is None else self._carry.to_json(),
+            "resume_key": _hex(self._resume_key),
+            "resume_share": _hex(self._resume_share),
         }
         return json.dumps(state, separators=(",", ":")).encode()
 
@@ -202,7 +210,7 @@ class ShuffleMember(MemberKeysPhase, MemberDeliveryPhase):
         """
         try:
             s = json.loads(raw)
-            if s.get("v") != _STATE_VERSION:
+            if s.get("v") not in (1, _STATE_VERSION):  # 1: before keys were carried
                 raise InputError("shuffle member state has another version")
             m = cls(int(s["member"]), org_key=org_key, entropy=entropy)
             m._reset(None if s["job"] is None else ShuffleJob.from_json(s["job"]))
@@ -221,9 +229,19 @@ class ShuffleMember(MemberKeysPhase, MemberDeliveryPhase):
                 if not isinstance(reply, DeliverReply):
                     raise InputError("stored delivery reply is not a DeliverReply")
                 m._delivered = reply
+            if s.get("carry") is not None:
+                m._carry = KeyCarry.from_json(s["carry"])
+            m._resume_key = _unhex(s.get("resume_key"))
+            m._resume_share = _unhex(s.get("resume_share"))
         except (KeyError, TypeError, ValueError, RemoteProtocolError) as exc:
             raise InputError(f"shuffle member state is damaged: {exc}") from None
         return m
+
+    def _on_plan_continued(self, p: PlanRequest, store: UnitStore) -> Packet:
+        """A PlanRequest right after the hello: continue the previous epoch's group key
+        (refused unless this member offered one for the roster's members), then plan."""
+        self._continue_key(p)
+        return self._on_plan(p, store)
 
     # ------------------------------------------------------------------ the entry point
     def receive(self, packet: Packet, store: UnitStore) -> Packet:
@@ -299,6 +317,7 @@ _TRANSITIONS: dict[tuple[MemberStage, type[Packet]], _Handler] = {
     (MemberStage.HELLO, Hello): ShuffleMember._on_hello,
     (MemberStage.HELLO, GroupKeyRequest): ShuffleMember._on_group_key,
     (MemberStage.HELLO, JoinRequest): ShuffleMember._on_join,
+    (MemberStage.HELLO, PlanRequest): ShuffleMember._on_plan_continued,
     (MemberStage.KEYED, Hello): ShuffleMember._on_hello,
     (MemberStage.KEYED, GroupKeyRequest): ShuffleMember._on_group_key,
     (MemberStage.KEYED, JoinRequest): ShuffleMember._on_join,

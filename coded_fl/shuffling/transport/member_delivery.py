@@ -58,6 +58,10 @@ class MemberDeliveryPhase(MemberCore):
         roster = self.roster
         if roster is None:  # pragma: no cover - the table makes this unreachable
             raise LocalProtocolError("no roster")
+        if p.roster is not None and p.roster != roster:
+            raise RemoteProtocolError(
+                "a second, different roster for the same epoch (the relay equivocates)"
+            )
         specs = open_shares(
             p.shares, job=job, members=roster.members, key=self._key(job, "manifest")
         )

@@ -4,7 +4,9 @@
 :class:`~coded_fl.shuffling.transport.member.ShuffleMember` sets (its constructor,
 :meth:`~coded_fl.shuffling.transport.member.ShuffleMember.from_bytes`, a new job's hello), with
 the reset that sets them, and holds what the handlers share: the current job, whether this
-member is a silo, its key pair, and the epoch's keys derived from the group key.
+member is a silo, its key pair, and the epoch's keys derived from the group key. The group key
+kept for the next epoch (:class:`~coded_fl.shuffling.transport.keyreuse.KeyCarry`) outlives the
+reset; the continuation offered at the hello is per epoch.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any
 from coded_fl.crypto import KeyPair
 from coded_fl.errors import LocalProtocolError
 from coded_fl.shuffling.transport.groupkey import Roster, derive_key
+from coded_fl.shuffling.transport.keyreuse import KeyCarry
 from coded_fl.shuffling.transport.wire import DeliverReply, ShuffleJob
 
 __all__ = ["MemberCore", "MemberStage"]
@@ -55,6 +58,9 @@ class MemberCore:
     _specs: list[list[Any]] | None
     plan_id: bytes | None
     _delivered: DeliverReply | None
+    _carry: KeyCarry | None
+    _resume_key: bytes | None
+    _resume_share: bytes | None
 
     def _reset(self, job: ShuffleJob | None) -> None:
         self.stage = MemberStage.IDLE
@@ -67,6 +73,8 @@ class MemberCore:
         self._specs: list[list[Any]] | None = None
         self.plan_id: bytes | None = None
         self._delivered: DeliverReply | None = None
+        self._resume_key: bytes | None = None
+        self._resume_share: bytes | None = None
 
     # ------------------------------------------------------------------ helpers
     def _current_job(self) -> ShuffleJob:

@@ -52,13 +52,21 @@ class HelloReply(Packet):
     organisation tag (empty without an organisation key), its store's epoch, and (a silo) the
     units of the job its store holds in full: the relay checks the job's current assignment
     against them before anything else is done (a reply lost after a commit leaves the server's
-    view of a store behind; public unit ids only, as in a delivery report)."""
+    view of a store behind; public unit ids only, as in a delivery report).
+
+    A member that kept the previous epoch's group key also offers to continue from it
+    (:mod:`~coded_fl.shuffling.transport.keyreuse`): ``resume`` is the continuation id (empty:
+    no offer), ``resume_members`` the member set the key is for, ``resume_share`` the member's
+    manifest share sealed under the continued key."""
 
     KIND: ClassVar[int] = 2
     public_key: bytes = b""
     tag: bytes = b""
     store_epoch: int | None = None
     holdings: tuple[UnitId, ...] | None = None
+    resume: bytes = b""
+    resume_members: tuple[int, ...] = ()
+    resume_share: bytes = field(default=b"", repr=False)
 
 
 @dataclass(frozen=True)
@@ -98,10 +106,12 @@ class JoinReply(Packet):
 
 @dataclass(frozen=True)
 class PlanRequest(Packet):
-    """Relay -> member: every member's sealed manifest share."""
+    """Relay -> member: every member's sealed manifest share, and the roster (which a member
+    that continued the previous epoch's group key, skipping the key stages, checks here)."""
 
     KIND: ClassVar[int] = 7
     shares: tuple[tuple[int, bytes], ...] = field(default=(), repr=False)
+    roster: Roster | None = None
 
 
 @dataclass(frozen=True)

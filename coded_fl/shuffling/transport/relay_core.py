@@ -60,6 +60,9 @@ class RelayCore:
     _plan_id: bytes
     _traffic: Traffic
     _reports: dict[int, DeliverReply]
+    _offers: dict[int, tuple[bytes, tuple[int, ...], bytes]]
+    reuse_keys: bool
+    keys_reused: bool
 
     # ------------------------------------------------------------------ bookkeeping
     def _expect(self, *stages: RelayStage) -> None:

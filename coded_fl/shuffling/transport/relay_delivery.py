@@ -25,7 +25,8 @@ class RelayDeliveryPhase(RelayCore):
 
     # ------------------------------------------------------------------ 4. plan
     def plan_requests(self) -> list[tuple[int, PlanRequest]]:
-        """(member, request) for every member with a share, each carrying every share.
+        """(member, request) for every member with a share, each carrying every share and the
+        roster (what a member that continues the previous epoch's key checks).
 
         Raises
         ------
@@ -34,7 +35,8 @@ class RelayDeliveryPhase(RelayCore):
         """
         self._expect(RelayStage.PLAN)
         shares = tuple(sorted(self._shares.items()))
-        return [(m, PlanRequest(self.job.digest(), m, shares)) for m in sorted(self._shares)]
+        digest = self.job.digest()
+        return [(m, PlanRequest(digest, m, shares, self.roster)) for m in sorted(self._shares)]
 
     def _on_plan_reply(self, member: int, p: PlanReply) -> None:
         self._check(p, member)

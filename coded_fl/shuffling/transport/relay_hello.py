@@ -55,6 +55,10 @@ class RelayHelloPhase(RelayCore):
         self._keys[m] = (p.public_key, p.tag)
         self._store_epoch[m] = p.store_epoch
         self._holdings[m] = p.holdings
+        if p.resume:
+            self._offers[m] = (p.resume, p.resume_members, p.resume_share)
+        else:
+            self._offers.pop(m, None)
 
     def stale_silos(self) -> dict[int, tuple[UnitId, ...]]:
         """Silos whose hello reported a store that lacks units the job's current assignment
@@ -122,5 +126,20 @@ class RelayHelloPhase(RelayCore):
             {m: k for m, (k, _) in self._keys.items()},
             {m: t for m, (_, t) in self._keys.items()},
         )
-        self.stage = RelayStage.KEY
+        if self._continues():
+            # every member holds the same key, for exactly these members: skip the key stages
+            self._shares = {m: share for m, (_, _, share) in self._offers.items()}
+            self.keys_reused, self.stage = True, RelayStage.PLAN
+        else:
+            self.stage = RelayStage.KEY
         return True
+
+    def _continues(self) -> bool:
+        """Whether every member of the roster offered the same key continuation, for exactly
+        the roster's members (:mod:`~coded_fl.shuffling.transport.keyreuse`)."""
+        members = self.members
+        if not self.reuse_keys or set(self._offers) != set(members):
+            return False
+        ids = {resume for resume, _, _ in self._offers.values()}
+        sets = {tuple(held) for _, held, _ in self._offers.values()}
+        return len(ids) == 1 and sets == {members}

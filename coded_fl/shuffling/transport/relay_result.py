@@ -100,4 +100,5 @@ class RelayResultPhase(RelayCore):
             + tuple(self._notes),
             refused=traffic.refused,
             seconds=dict(seconds or {}),
+            keys_reused=self.keys_reused,
         )

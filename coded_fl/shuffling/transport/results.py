@@ -102,6 +102,9 @@ class ShuffleResult:
         Coded messages the relay refused to route, with the reason.
     seconds
         Time per stage, as the driver measured it.
+    keys_reused
+        Whether the epoch continued the previous epoch's group key (its two key stages skipped:
+        :mod:`~coded_fl.shuffling.transport.keyreuse`) instead of agreeing a fresh one.
     """
 
     job: ShuffleJob
@@ -123,6 +126,7 @@ class ShuffleResult:
     errors: tuple[str, ...] = ()
     refused: tuple[str, ...] = ()
     seconds: Mapping[str, float] = field(default_factory=dict)
+    keys_reused: bool = False
 
     @property
     def ok(self) -> bool:
@@ -178,6 +182,7 @@ class ShuffleResult:
             "errors": list(self.errors),
             "refused": list(self.refused),
             "seconds": dict(self.seconds),
+            "keys_reused": self.keys_reused,
         }
 
     def lines(self) -> list[str]:
@@ -196,7 +201,8 @@ class ShuffleResult:
             out.append(
                 f"  plan {self.plan_id.hex()[:16]}: {self.messages} coded messages of "
                 f"{self.message_bytes} B, load {self.load:.4g} units (formula "
-                f"{self.formula_load:.4g}; uncoded {self.uncoded_load:.4g})"
+                f"{self.formula_load:.4g}; uncoded {self.uncoded_load:.4g}); group key "
+                + ("continued from the previous epoch" if self.keys_reused else "agreed fresh")
             )
             out.append(
                 f"  relay in (shared link): {self.uplink_bytes:,} B coded vs "

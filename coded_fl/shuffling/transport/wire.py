@@ -10,15 +10,16 @@ Members: silos ``0..K-1``, and in the centralized setting the central sender, me
 
 Packets (relay -> member requests, member -> relay replies), in protocol order::
 
-    Hello(job)                   -> HelloReply(public key, tag, store epoch)
+    Hello(job)                   -> HelloReply(public key, tag, store epoch[, continuation])
     GroupKeyRequest(roster)      -> GroupKeyReply(sealed boxes, sealed manifest share)   leader only
     JoinRequest(roster, box)     -> JoinReply(sealed manifest share)                     the others
-    PlanRequest(manifest shares) -> PlanReply(plan id, coded messages)
+    PlanRequest(shares, roster)  -> PlanReply(plan id, coded messages)
     DeliverRequest(messages)     -> DeliverReply(delivery report, store epoch)          silos only
 
 Encoding: ``"CFLS" | version u8 | kind u8 | JSON length u32 | JSON | blob count u32 |
 (blob length u64 | blob)*``. Control fields travel in the JSON, byte strings as blobs referenced
-by index. :func:`decode` checks every length and type and raises
+by index (version 2: the key continuation of :mod:`~coded_fl.shuffling.transport.keyreuse` in
+HelloReply and the roster in PlanRequest). :func:`decode` checks every length and type and raises
 :class:`~coded_fl.errors.RemoteProtocolError` for anything malformed.
 
 Where the parts live: the job in :mod:`~coded_fl.shuffling.transport.job`, the packet classes in
@@ -85,7 +86,7 @@ __all__ = [
 ]
 
 MAGIC = b"CFLS"
-VERSION = 1
+VERSION = 2
 _HEAD = struct.Struct("<4sBBI")
 
 
@@ -127,6 +128,9 @@ def _parts(p: Packet, blobs: _Blobs) -> dict[str, Any]:
     elif isinstance(p, HelloReply):
         d.update(public_key=p.public_key.hex(), tag=p.tag.hex(), store_epoch=p.store_epoch)
         d["holdings"] = None if p.holdings is None else list(p.holdings)
+        d["resume"] = p.resume.hex()
+        d["resume_members"] = list(p.resume_members)
+        d["resume_share"] = blobs.add(p.resume_share)
     elif isinstance(p, (GroupKeyRequest, JoinRequest)):
         if p.roster is None:
             raise InputError(f"{type(p).__name__} needs a roster")
@@ -140,6 +144,7 @@ def _parts(p: Packet, blobs: _Blobs) -> dict[str, Any]:
         d["share"] = blobs.add(p.share)
     elif isinstance(p, PlanRequest):
         d["shares"] = [[m, blobs.add(b)] for m, b in p.shares]
+        d["roster"] = None if p.roster is None else roster_to_json(p.roster)
     elif isinstance(p, (PlanReply, DeliverRequest)):
         d["messages"] = [blobs.add(encode_message(m)) for m in p.messages]
         if isinstance(p, PlanReply):
@@ -285,6 +290,9 @@ def decode(raw: bytes | bytearray | memoryview) -> Packet:
                 tag=bytes.fromhex(_typed(d, "tag", str)),
                 store_epoch=_opt_int(d, "store_epoch"),
                 holdings=None if d.get("holdings") is None else tuple(_unit_list(d, "holdings")),
+                resume=bytes.fromhex(_typed(d, "resume", str)),
+                resume_members=tuple(_int_list(_typed(d, "resume_members", list))),
+                resume_share=blob(d["resume_share"]),
             )
         if cls is GroupKeyRequest:
             return GroupKeyRequest(**head, roster=roster_from_json(d["roster"]))
@@ -295,7 +303,12 @@ def decode(raw: bytes | bytearray | memoryview) -> Packet:
         if cls is JoinReply:
             return JoinReply(**head, share=blob(d["share"]))
         if cls is PlanRequest:
-            return PlanRequest(**head, shares=pairs(d["shares"]))
+            roster = d["roster"]
+            return PlanRequest(
+                **head,
+                shares=pairs(d["shares"]),
+                roster=None if roster is None else roster_from_json(roster),
+            )
         if cls in (PlanReply, DeliverRequest):
             msgs = tuple(decode_message(blob(i)) for i in _typed(d, "messages", list))
             if cls is DeliverRequest:
