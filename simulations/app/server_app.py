@@ -271,7 +271,10 @@ def main(grid: Grid, context: Context) -> None:
             shuffled = ShuffledTraining(
                 strategy,
                 ShuffleRelay(
-                    grid, stage_timeout=float(rc.get("shuffle-timeout", 60.0)), progress=LOG.info
+                    grid,
+                    stage_timeout=float(rc.get("shuffle-timeout", 60.0)),
+                    progress=LOG.info,
+                    reuse_keys=bool(rc.get("shuffle-reuse-keys", True)),
                 ),
                 units_per_silo=int(rc.get("units-per-silo", 8)),
                 reshuffle_every=int(rc.get("reshuffle-every", 5)),
