@@ -1,0 +1,44 @@
+"""Distributed differential privacy in the finite field (issue 33): the core, framework-free.
+
+Each silo group adds a share of Skellam noise to its partitions' sum before encoding, so the
+decoded sum carries the central noise and the server never sees an un-noised sum
+(``docs/privacy.md``). The parts:
+
+- :mod:`coded_fl.dp.settings`: :class:`DistributedDP`, the one switch, and its plan for a run;
+- :mod:`coded_fl.dp.transform`: clipping, the randomized Hadamard rotation, conditional
+  randomized rounding;
+- :mod:`coded_fl.dp.noise`: each group's share of the noise and the keyed AES-CTR sampler;
+- :mod:`coded_fl.dp.accounting`: the Skellam mechanism's RDP, composed over rounds and converted
+  with Google's ``dp-accounting``.
+
+Not wired into the round yet: ``docs/privacy.md`` says what remains (the group's noise key
+before round 1, the client pipeline, the benchmark).
+"""
+
+try:
+    import dp_accounting  # noqa: F401
+    import randomgen  # noqa: F401
+except ImportError as exc:  # pragma: no cover - the test set-up installs the extra
+    raise ImportError(
+        f"coded_fl.dp needs the 'dp' extra ({exc.name} is missing): pip install 'coded-fl[dp]'"
+    ) from exc
+
+from coded_fl.dp.accounting import calibrate_mu, epsilon_of, rounded_sensitivity, skellam_rdp
+from coded_fl.dp.noise import group_mu, skellam
+from coded_fl.dp.settings import DistributedDP, DPPlan
+from coded_fl.dp.transform import clip_l2, rotate, round_conditionally, unrotate
+
+__all__ = [
+    "DPPlan",
+    "DistributedDP",
+    "calibrate_mu",
+    "clip_l2",
+    "epsilon_of",
+    "group_mu",
+    "rotate",
+    "round_conditionally",
+    "rounded_sensitivity",
+    "skellam",
+    "skellam_rdp",
+    "unrotate",
+]

@@ -1,0 +1,163 @@
+"""The one switch of distributed DP and what it implies for a run (issue 33, item 4).
+
+``DistributedDP(noise_multiplier, clip, delta)`` states the central guarantee the sum should
+carry: Gaussian-like noise of standard deviation ``noise_multiplier * clip`` on the sum of the
+partitions' clipped updates. :meth:`DistributedDP.plan` turns it into the integer parameters of
+one run (the step, the Skellam parameters per group, the sensitivities, epsilon per round and
+over the run) and refuses a setting whose sum could wrap the field, naming what to change.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from coded_fl.dp.accounting import epsilon_of, rounded_sensitivity
+from coded_fl.dp.noise import group_mu
+from coded_fl.dp.transform import padded_size
+from coded_fl.errors import ConfigurationError
+
+__all__ = ["DPPlan", "DistributedDP"]
+
+#: Standard deviations of noise kept inside the field's range (a wrap probability < 1e-15 per
+#: coordinate for the Skellam tail at the variances used).
+_TAIL_SIGMAS = 8.0
+
+
+@dataclass(frozen=True)
+class DPPlan:
+    """The integer parameters of one run with distributed DP.
+
+    Attributes
+    ----------
+    step
+        The quantization step (model units per integer).
+    clip_steps
+        The clip in steps.
+    l2, l1
+        The sensitivities of one partition after conditional rounding.
+    mu
+        The Skellam parameter that survives T colluders (variance 2 mu per coordinate).
+    mu_group
+        Each group's share, mu / (g - T).
+    noise_std
+        The standard deviation of all the noise in the decoded sum, in model units.
+    wrap_bound
+        A bound on |sum| per coordinate in steps that holds with probability >= 1 - 1e-9.
+    epsilon_round, epsilon_run
+        The guarantee of one round and of ``rounds`` rounds at ``delta``.
+    """
+
+    step: float
+    clip_steps: float
+    l2: float
+    l1: float
+    mu: float
+    mu_group: float
+    noise_std: float
+    wrap_bound: float
+    epsilon_round: float
+    epsilon_run: float
+
+
+@dataclass(frozen=True)
+class DistributedDP:
+    """Distributed DP in the field: each silo group adds a share of Skellam noise.
+
+    Parameters
+    ----------
+    noise_multiplier
+        z: the noise the adversary cannot remove has standard deviation z * clip on the sum.
+    clip
+        The L2 norm every partition's update is clipped to (model units).
+    delta
+        The delta of the (epsilon, delta) guarantee.
+    beta
+        The conditional rounding's failure probability per draw.
+    steps_per_clip
+        Integers per clip norm (the resolution of the rounding; the rounding's own noise is
+        about sqrt(d) / 2 steps against the clip's ``steps_per_clip``).
+
+    Raises
+    ------
+    ConfigurationError
+        If a parameter is out of range, naming it.
+    """
+
+    noise_multiplier: float
+    clip: float
+    delta: float = 1e-5
+    beta: float = math.exp(-0.5)
+    steps_per_clip: float = 2.0**16
+
+    def __post_init__(self) -> None:
+        for name in ("noise_multiplier", "clip", "steps_per_clip"):
+            v = getattr(self, name)
+            if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
+                raise ConfigurationError(f"DistributedDP({name}=...) must be > 0, got {v!r}")
+        for name in ("delta", "beta"):
+            v = getattr(self, name)
+            if not (isinstance(v, float) and 0 < v < 1):
+                raise ConfigurationError(f"DistributedDP({name}=...) must be in (0, 1), got {v!r}")
+
+    def plan(
+        self, *, d: int, partitions: int, groups: int, colluders: int, rounds: int, modulus: int
+    ) -> DPPlan:
+        """The run's integer parameters, or a refusal if its sum could wrap the field.
+
+        Parameters
+        ----------
+        d
+            The model's coordinates.
+        partitions
+            K, the partitions in the sum.
+        groups
+            g, the silo groups (each adds its noise once).
+        colluders
+            T, the colluding silos tolerated.
+        rounds
+            The rounds of the run (for the run's epsilon).
+        modulus
+            The field's prime p: the sum must stay within (-p/2, p/2).
+
+        Returns
+        -------
+        DPPlan
+            The parameters and the guarantee.
+
+        Raises
+        ------
+        ConfigurationError
+            If g <= T, or if the sum could wrap the field (naming steps_per_clip, the
+            partitions and the modulus).
+        """
+        step = self.clip / self.steps_per_clip
+        c = self.steps_per_clip
+        l2, l1 = rounded_sensitivity(c, d, self.beta)
+        mu = (self.noise_multiplier * c) ** 2 / 2.0
+        mu_group = group_mu(mu, groups=groups, colluders=colluders)
+        total_var = 2.0 * mu_group * groups
+        m = padded_size(d)
+        # after the rotation every coordinate of a norm-l2 vector is sub-Gaussian with scale
+        # l2 / sqrt(m); a union bound over the coordinates and partitions at 1e-9
+        coord = l2 * math.sqrt(2.0 * math.log(2.0 * m * partitions / 1e-9) / m)
+        bound = partitions * coord + _TAIL_SIGMAS * math.sqrt(total_var)
+        if bound >= modulus / 2:
+            raise ConfigurationError(
+                f"distributed DP would wrap the field: the sum of {partitions} partitions plus "
+                f"the noise reaches {bound:.3g} steps per coordinate, the field holds "
+                f"{modulus // 2} (p = {modulus}); lower DistributedDP(steps_per_clip=...) "
+                f"(now {self.steps_per_clip:g}) or use a larger field"
+            )
+        return DPPlan(
+            step=step,
+            clip_steps=c,
+            l2=l2,
+            l1=l1,
+            mu=mu,
+            mu_group=mu_group,
+            noise_std=math.sqrt(total_var) * step,
+            wrap_bound=bound,
+            epsilon_round=epsilon_of(mu, delta=self.delta, rounds=1, l2=l2, l1=l1),
+            epsilon_run=epsilon_of(mu, delta=self.delta, rounds=rounds, l2=l2, l1=l1),
+        )

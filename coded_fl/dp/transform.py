@@ -1,0 +1,172 @@
+"""What a partition's update goes through before its noise: clipping, a random rotation, and
+conditional randomized rounding to integers (issue 33, item 2).
+
+- **Clipping** to L2 norm ``clip`` (model units): the sensitivity the accounting uses.
+- **Rotation**: a randomized Hadamard transform x -> H D x / sqrt(m) (D random signs from a
+  public seed, x zero-padded to m = 2^k >= d). It is orthogonal, so norms and the sensitivity
+  are unchanged, and linear, so the server rotates the decoded sum back. It spreads a vector of
+  norm c evenly: every coordinate is then about c / sqrt(m), so the field's range is not spent
+  on one large coordinate and a modular wrap is rare
+  (:meth:`coded_fl.dp.settings.DistributedDP.plan` bounds it).
+- **Conditional randomized rounding** (:func:`round_conditionally`): each coordinate to one of
+  its two neighbouring integers, unbiased, drawn again until the squared norm is within the bound
+  of :func:`coded_fl.dp.accounting.rounded_sensitivity`.
+
+>>> x = np.array([3.0, -4.0, 0.0])
+>>> y = rotate(x, seed=7)
+>>> bool(np.isclose(np.linalg.norm(y), 5.0)), bool(np.allclose(unrotate(y, d=3, seed=7), x))
+(True, True)
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from coded_fl.errors import ConfigurationError, InputError
+
+__all__ = ["clip_l2", "padded_size", "rotate", "round_conditionally", "unrotate"]
+
+
+def padded_size(d: int) -> int:
+    """The Hadamard size: the smallest power of two >= d.
+
+    Parameters
+    ----------
+    d
+        The number of coordinates (>= 1).
+
+    Returns
+    -------
+    int
+        m = 2^k >= d.
+    """
+    if d < 1:
+        raise InputError(f"d must be >= 1, got {d}")
+    return 1 << (d - 1).bit_length()
+
+
+def _fwht(a: np.ndarray) -> np.ndarray:
+    n = a.shape[0]
+    h = 1
+    while h < n:
+        a = a.reshape(-1, 2, h)
+        a = np.stack((a[:, 0, :] + a[:, 1, :], a[:, 0, :] - a[:, 1, :]), axis=1)
+        h *= 2
+    return a.reshape(n)
+
+
+def _signs(m: int, seed: int) -> np.ndarray:
+    bits = np.random.Generator(np.random.PCG64(seed)).integers(0, 2, size=m, dtype=np.int8)
+    return (1 - 2 * bits).astype(np.float64)
+
+
+def rotate(x: np.ndarray, *, seed: int) -> np.ndarray:
+    """H D x / sqrt(m), x zero-padded to m = :func:`padded_size` (d).
+
+    Parameters
+    ----------
+    x
+        A float vector.
+    seed
+        The public seed of the signs D (the same for every silo of a round).
+
+    Returns
+    -------
+    numpy.ndarray
+        The rotated vector, length m, float64.
+    """
+    x = np.asarray(x, dtype=np.float64).ravel()
+    m = padded_size(x.size)
+    a = np.zeros(m)
+    a[: x.size] = x
+    return _fwht(a * _signs(m, seed)) / math.sqrt(m)
+
+
+def unrotate(y: np.ndarray, *, d: int, seed: int) -> np.ndarray:
+    """The inverse of :func:`rotate` (D H y / sqrt(m), the first d coordinates).
+
+    Parameters
+    ----------
+    y
+        A rotated vector (length m).
+    d
+        The original length.
+    seed
+        The seed :func:`rotate` used.
+
+    Returns
+    -------
+    numpy.ndarray
+        Length d, float64.
+    """
+    y = np.asarray(y, dtype=np.float64).ravel()
+    m = y.size
+    if m != padded_size(d):
+        raise InputError(f"a rotated vector of length {m} is not of a {d}-vector")
+    return (_fwht(y.copy()) / math.sqrt(m) * _signs(m, seed))[:d]
+
+
+def clip_l2(x: np.ndarray, clip: float) -> tuple[np.ndarray, float]:
+    """x scaled down to L2 norm ``clip`` if it is longer.
+
+    Parameters
+    ----------
+    x
+        A float vector (no NaN or infinity).
+    clip
+        The L2 bound, > 0.
+
+    Returns
+    -------
+    (numpy.ndarray, float)
+        The clipped vector and the factor applied (1.0 when x was within the bound).
+    """
+    x = np.asarray(x, dtype=np.float64)
+    if not np.isfinite(x).all():
+        raise InputError("the update has NaN or infinite values")
+    if not (math.isfinite(clip) and clip > 0):
+        raise ConfigurationError(f"clip must be a positive finite number, got {clip!r}")
+    norm = float(np.linalg.norm(x))
+    factor = 1.0 if norm <= clip else clip / norm
+    return x * factor, factor
+
+
+def round_conditionally(
+    x: np.ndarray, *, bound_sq: float, rng: np.random.Generator, tries: int = 1000
+) -> np.ndarray:
+    """Unbiased randomized rounding to integers, drawn again until ||result||^2 <= bound_sq.
+
+    Parameters
+    ----------
+    x
+        A float vector (in quantization steps).
+    bound_sq
+        The squared-norm bound (:func:`coded_fl.dp.accounting.rounded_sensitivity` squared).
+    rng
+        The randomness of the rounding.
+    tries
+        Draws before giving up.
+
+    Returns
+    -------
+    numpy.ndarray
+        int64.
+
+    Raises
+    ------
+    InputError
+        If no draw met the bound in ``tries`` (x itself is far beyond the clip).
+    """
+    x = np.asarray(x, dtype=np.float64)
+    low = np.floor(x)
+    frac = x - low
+    for _ in range(tries):
+        out = (low + (rng.random(x.shape) < frac)).astype(np.int64)
+        if float(np.dot(out, out)) <= bound_sq:
+            return out
+    raise InputError(
+        f"no rounding of the update met the norm bound in {tries} draws: the update is not "
+        "clipped to the configured clip"
+    )
