@@ -25,6 +25,7 @@ if not (Path(__file__).resolve().parent / "strategies" / "__init__.py").is_file(
     sys.modules[f"{__name__}.clients"] = clients
     sys.modules[f"{__name__}.strategies"] = strategies
 
+from coded_fl.secagg import AbortCode
 from coded_fl.secagg.policy import ClientPolicy
 
 from .clients import (
@@ -52,6 +53,7 @@ from .strategies import (
 )
 
 __all__ = [
+    "AbortCode",
     "ClientPolicy",
     "CodedSecAgg",
     "CodedSecAggWorkflow",

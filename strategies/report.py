@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 
 from flwr.app import ArrayRecord, MetricRecord
 
+from coded_fl.secagg import AbortCode
+
 __all__ = ["RoundReport", "waiting_estimate"]
 
 
@@ -19,6 +21,9 @@ class RoundReport:
     ----------
     round, ok, reason
         The round number, whether it completed, and why not if it did not.
+    abort_code
+        Why not, as a value to branch on (:class:`coded_fl.secagg.AbortCode`); None when the
+        round completed.
     silos, replies_used, stragglers, responders
         n, the uploads decoded, the silos skipped, the silos that answered the recovery.
     close_seconds, seconds
@@ -93,6 +98,7 @@ class RoundReport:
     round: int
     ok: bool
     reason: str = ""
+    abort_code: AbortCode | None = None
     silos: int = 0
     replies_used: int = 0
     stragglers: tuple[int, ...] = ()

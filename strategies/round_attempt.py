@@ -20,7 +20,7 @@ from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDic
 
 from coded_fl.errors import DecodingError
 from coded_fl.layout import flatten
-from coded_fl.secagg import RoundAborted, RoundResult
+from coded_fl.secagg import AbortCode, RoundAborted, RoundResult
 from coded_fl.secagg.driver import ProtocolDriver
 from coded_fl.secagg.messages import Message as ProtocolMessage
 from coded_fl.secagg.transport import Waits
@@ -104,6 +104,7 @@ class RoundAttempt:
         )
         if not inner_msgs:
             report.reason = "the wrapped strategy configured no training (fraction_train=0?)"
+            report.abort_code = AbortCode.NO_TRAINING
             report.seconds = time.monotonic() - t0
             return report
         content = inner_msgs[0].content
@@ -201,6 +202,7 @@ class RoundAttempt:
             )
         except DecodingError as exc:
             report.reason = str(exc)
+            report.abort_code = AbortCode.UNPACK_FAILED
             report.seconds = time.monotonic() - t0
             return report
         report.clipped_fraction = decoded.clipped_fraction
@@ -215,6 +217,7 @@ class RoundAttempt:
             report.reason = (
                 f"{clipped} of {K} partitions had update entries clipped to {report.clip_range:g}"
             )
+            report.abort_code = AbortCode.CLIP_WIDENED
             report.seconds = time.monotonic() - t0
             return report
         theta = flatten(arrays, integers=st.layout.integer_names)
@@ -238,6 +241,7 @@ class RoundAttempt:
             agg_arrays, agg_metrics = inner.aggregate_train(report.round, [reply])
         if agg_arrays is None:
             report.reason = f"the wrapped {type(inner).__name__}.aggregate_train returned no arrays"
+            report.abort_code = AbortCode.INNER_STRATEGY
             report.seconds = time.monotonic() - t0
             return report
         report.ok = True
@@ -282,6 +286,7 @@ class RoundAttempt:
         report.ok = False
         errs = "; ".join(f"silo {s}: {e}" for s, e in sorted(report.errors.items())[:5])
         report.reason = res.reason + (f" (errors: {errs})" if errs else "")
+        report.abort_code = res.code
         report.suspects = res.suspects
         report.offenders = tuple(sorted({v.liar for v in res.verdicts}))
         report.replies_used = len(res.survivors)

@@ -21,6 +21,7 @@ from coded_fl.secagg.messages import (
     encode,
 )
 from coded_fl.secagg.server import (
+    AbortCode,
     RoundAborted,
     RoundResult,
     ServerMachine,
@@ -30,6 +31,7 @@ from coded_fl.secagg.server import (
 from coded_fl.secagg.sharing import MaskSharing
 
 __all__ = [
+    "AbortCode",
     "ClientMachine",
     "ClientStage",
     "KeyReply",

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from coded_fl.errors import DecodingError
-from coded_fl.secagg import ProtocolConfig, RoundAborted, RoundResult
+from coded_fl.secagg import AbortCode, ProtocolConfig, RoundAborted, RoundResult
 from coded_fl.secagg.policy import ClientPolicy
 from simulations.runtime.secagg_harness import Harness, Silo
 
@@ -60,12 +60,14 @@ def test_exact_sum_or_a_clear_abort(case):
     if len(uploaders) < cfg.min_uploads:
         assert isinstance(out.result, RoundAborted)
         assert "uploaded in time" in out.result.reason
+        assert out.result.code is AbortCode.TOO_FEW_UPLOADS
         return
     survivors = tuple(sorted(i for _, i in uploaders[: cfg.min_uploads]))
     responders = [i for i in survivors if silos[i].drop != "recovery"]
     if len(responders) < cfg.U:
         assert isinstance(out.result, RoundAborted)
         assert "recovery" in out.result.reason and out.result.survivors == survivors
+        assert out.result.code is AbortCode.TOO_FEW_RECOVERY_REPLIES
         return
     assert isinstance(out.result, RoundResult), getattr(out.result, "reason", "")
     assert out.result.survivors == survivors

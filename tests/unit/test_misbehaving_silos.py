@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from coded_fl.errors import ConfigurationError, ExceedsLimitsError, RemoteProtocolError
-from coded_fl.secagg import ProtocolConfig
+from coded_fl.secagg import AbortCode, ProtocolConfig
 from coded_fl.secagg.client import MAX_UNVERIFIED_ROUNDS, ClientMachine, refusal_for
 from coded_fl.secagg.messages import SERVER, KeyRequest, RefusalCode, Upload
 from coded_fl.secagg.policy import ClientPolicy
@@ -75,6 +75,7 @@ def test_too_few_silos_without_the_accused_one_abort_naming_it_and_skip_it_next_
     out = h.run_round(1, behaviour={0: Silo(forge=garble), 3: Silo(delay=5), 4: Silo(delay=5)})
     assert isinstance(out.result, RoundAborted), out.result
     assert out.result.suspects == (0,) and "silo(s) [0]" in out.result.reason
+    assert out.result.code is AbortCode.CONVICTED
     out2 = h.run_round(2, behaviour={0: Silo(forge=garble)})
     assert isinstance(out2.result, RoundResult), out2.result
     assert 0 not in out2.result.survivors

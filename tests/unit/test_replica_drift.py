@@ -22,7 +22,7 @@ from coded_fl.codes.vote import vote_rows
 from coded_fl.errors import InputError
 from coded_fl.field import PrimeField
 from coded_fl.quantize import RoundingKey, stochastic_round
-from coded_fl.secagg import ProtocolConfig, RoundAborted, RoundResult
+from coded_fl.secagg import AbortCode, ProtocolConfig, RoundAborted, RoundResult
 from simulations.runtime.secagg_harness import Harness, Silo
 
 
@@ -377,6 +377,7 @@ def test_a_crafted_recovery_reply_with_one_check_aborts_and_never_applies_a_wron
     res = h.run_round(1, {3: Silo(forge_recovery=_crafted())}).result
     assert isinstance(res, RoundAborted)
     assert "recovery replies are inconsistent" in res.reason
+    assert res.code is AbortCode.RECOVERY_INCONSISTENT
 
 
 def test_a_copied_public_key_is_refused_and_changes_nothing():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from coded_fl.secagg import ProtocolConfig, RoundAborted, RoundResult
+from coded_fl.secagg import AbortCode, ProtocolConfig, RoundAborted, RoundResult
 from simulations.runtime.secagg_harness import Harness, Silo
 
 
@@ -31,12 +31,14 @@ def test_without_extra_replies_the_corrupt_sum_is_refused_by_the_range_check():
     _cfg, _h, out = run(extra=0)
     assert isinstance(out.result, RoundAborted)
     assert "corrupt" in out.result.reason
+    assert out.result.code is AbortCode.REPLICAS_DISAGREE
 
 
 def test_one_extra_reply_detects_but_cannot_name():
     _cfg, _h, out = run(extra=1)
     assert isinstance(out.result, RoundAborted)
     assert "disagree" in out.result.reason and out.result.suspects == ()
+    assert out.result.code is AbortCode.REPLICAS_DISAGREE
 
 
 def test_two_extra_replies_name_the_silo():
@@ -46,6 +48,7 @@ def test_two_extra_replies_name_the_silo():
         _cfg, _h, out = run(extra=2, bad=bad)
         assert isinstance(out.result, RoundAborted)
         assert out.result.suspects == (bad,), out.result.reason
+        assert out.result.code is AbortCode.BROKEN_SILO
 
 
 def test_two_extra_replies_correct_a_silo_off_at_a_few_coordinates():

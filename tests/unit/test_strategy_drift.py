@@ -14,6 +14,7 @@ import pytest
 from flwr.app import Array, ArrayRecord
 
 from coded_fl.errors import RunAbortedError
+from coded_fl.secagg import AbortCode
 from strategies import CodedSecAgg
 from tests.unit.test_strategy_faults import D, FakeGrid, _task_identity  # noqa: F401
 from tests.unit.test_strategy_faults import _strategy as faults_strategy
@@ -75,4 +76,5 @@ def test_a_pair_that_disagrees_everywhere_stops_the_run_after_max_aborted_rounds
     reports = strategy.reports
     assert len(reports) == 2 and not any(r.ok for r in reports)
     assert all("drift tolerance" in r.reason for r in reports)
+    assert all(r.abort_code is AbortCode.REPLICAS_DISAGREE for r in reports)
     assert all(set(r.suspects) == {0, 1} for r in reports)

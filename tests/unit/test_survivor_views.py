@@ -18,7 +18,7 @@ import torch
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from coded_fl.errors import RemoteProtocolError
-from coded_fl.secagg import ProtocolConfig, RoundAborted, RoundResult
+from coded_fl.secagg import AbortCode, ProtocolConfig, RoundAborted, RoundResult
 from coded_fl.secagg.client import ClientMachine
 from coded_fl.secagg.evidence import accusation_statement
 from coded_fl.secagg.identity import Identity, TrustRoster
@@ -106,6 +106,7 @@ def test_a_silo_that_does_not_sign_is_dropped_and_the_rest_sign_the_smaller_set(
     out = h.run_round(1, {2: Silo(drop="view"), 3: Silo(drop="view")})
     assert isinstance(out.result, RoundAborted)
     assert "did not sign the survivor set" in out.result.reason
+    assert out.result.code is AbortCode.VIEWS_UNSIGNED
     assert h.server.stage == ServerStage.READY
 
 

@@ -59,6 +59,7 @@ them together with the constructor and ``receive``.
 from coded_fl.secagg.server.machine import ServerMachine
 from coded_fl.secagg.server.state import (
     DRIFT_TOLERANCE,
+    AbortCode,
     RoundAborted,
     RoundResult,
     ServerStage,
@@ -67,6 +68,7 @@ from coded_fl.secagg.server.state import (
 
 __all__ = [
     "DRIFT_TOLERANCE",
+    "AbortCode",
     "RoundAborted",
     "RoundResult",
     "ServerMachine",

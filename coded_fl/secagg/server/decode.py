@@ -14,6 +14,7 @@ from coded_fl.codes.vote import sparse_comparisons, vote
 from coded_fl.errors import DecodingError, LocalProtocolError
 from coded_fl.quantize import dequantize
 from coded_fl.secagg.server.state import (
+    AbortCode,
     MachineCore,
     RoundAborted,
     RoundResult,
@@ -69,11 +70,13 @@ class DecodePhase(MachineCore):
                     f"{cfg.min_uploads} silos, U = {cfg.U} of them able to answer); they are left "
                     "out of the next round",
                     suspects=convicted,
+                    code=AbortCode.CONVICTED,
                 )
             return self._abort(
                 f"only {len(rnd.replies)} of {len(rnd.survivors)} survivors answered the recovery "
                 f"request; unmasking needs U = {cfg.U} (lower recovery_threshold to tolerate "
-                "dropouts during recovery)"
+                "dropouts during recovery)",
+                code=AbortCode.TOO_FEW_RECOVERY_REPLIES,
             )
         weights = survivor_weights(rnd)
         F = cfg.field
@@ -88,7 +91,11 @@ class DecodePhase(MachineCore):
             try:  # more than U replies are checked against each other (a codeword)
                 replies, wrong = cfg.sharing.verified(rnd.replies)
             except DecodingError as exc:
-                return self._abort(f"{exc}; the aggregate was not formed", suspects=exc.suspects)
+                return self._abort(
+                    f"{exc}; the aggregate was not formed",
+                    suspects=exc.suspects,
+                    code=AbortCode.RECOVERY_INCONSISTENT,
+                )
             masks = cfg.sharing.decode(replies)  # (R, d): sum_i w_i z_i per row
             sums = F.sub(masked, masks)  # row 0: sum_k q(g_k); rows 1..: parity checks
         e = weights.shape[0] - 1
@@ -114,6 +121,7 @@ class DecodePhase(MachineCore):
                 + ". Honest sites drift further after long local training: raise "
                 "drift_tolerance, or wait for more replies per group (extra_replies)",
                 suspects=tuple(beyond),
+                code=AbortCode.REPLICAS_DISAGREE,
             )
         if broken:
             # correction assumes at most e // 2 off replies per coordinate; a silo off at more
@@ -126,6 +134,7 @@ class DecodePhase(MachineCore):
                 "allows for replicas that differ by float noise: a broken or malicious silo; "
                 "the aggregate was not applied",
                 suspects=broken,
+                code=AbortCode.BROKEN_SILO,
             )
         if erased > limit:
             top = max(located.values(), default=0)
@@ -146,6 +155,7 @@ class DecodePhase(MachineCore):
                 f"than max_erased_fraction={self.max_erased_fraction:g} allows; it was not "
                 f"applied{named}",
                 suspects=suspects,
+                code=AbortCode.REPLICAS_DISAGREE,
             )
         total = dequantize(
             res.value, cfg.quantization, F, check_range=False
@@ -244,4 +254,4 @@ class DecodePhase(MachineCore):
         RoundAborted
         """
         self._require(ServerStage.COLLECTING, ServerStage.RECOVERING)
-        return self._abort(reason)
+        return self._abort(reason, code=AbortCode.GIVEN_UP)

@@ -12,6 +12,7 @@ from coded_fl.errors import RemoteProtocolError
 from coded_fl.secagg.identity import verify_signature
 from coded_fl.secagg.messages import SERVER, RecoveryReply, RecoveryRequest, ViewReply, ViewRequest
 from coded_fl.secagg.server.state import (
+    AbortCode,
     MachineCore,
     RoundAborted,
     RoundState,
@@ -44,7 +45,8 @@ class RecoveryPhase(MachineCore):
         if len(survivors) < cfg.min_uploads:
             return self._abort(
                 f"only {len(survivors)} of {len(self.roster)} silos uploaded in time; the round "
-                f"needs max(n-s, U) = {cfg.min_uploads} (stragglers tolerated: s={cfg.s})"
+                f"needs max(n-s, U) = {cfg.min_uploads} (stragglers tolerated: s={cfg.s})",
+                code=AbortCode.TOO_FEW_UPLOADS,
             )
         self.stage = ServerStage.RECOVERING
         if rnd.aligned:  # the group masks cancel in every weight row: nothing to recover
@@ -129,7 +131,8 @@ class RecoveryPhase(MachineCore):
                 f"silo(s) {missing} did not sign the survivor set of round {rnd.number} "
                 f"(survivor views, where the silos sign their keys): {len(signers)} signed; a "
                 f"recovery needs max(n-s, U) = {cfg.min_uploads} survivors, U = {cfg.U} of "
-                "them yet to answer"
+                "them yet to answer",
+                code=AbortCode.VIEWS_UNSIGNED,
             )
         return self._view_requests(rnd, signers, ask)
 

@@ -89,16 +89,51 @@ class RoundResult:
     verdicts: tuple[Verdict, ...] = ()
 
 
+class AbortCode(str, Enum):
+    """Why a round produced nothing, as a value a program can branch on (the reason's text
+    says the same for a person, with the figures). The value is the stored form.
+
+    The protocol's (:class:`RoundAborted`): ``TOO_FEW_UPLOADS`` (fewer than max(n-s, U)
+    uploads in time), ``VIEWS_UNSIGNED`` (too few survivors signed the survivor set),
+    ``CONVICTED`` (silos proven to have sent bad shares leave too few to unmask),
+    ``TOO_FEW_RECOVERY_REPLIES`` (fewer than U recovery replies), ``RECOVERY_INCONSISTENT``
+    (recovery replies that are no codeword), ``REPLICAS_DISAGREE`` (replicas of a partition
+    disagree beyond the drift tolerance or the parity checks, at more coordinates than
+    ``max_erased_fraction``), ``BROKEN_SILO`` (a silo off at more coordinates than that),
+    ``GIVEN_UP`` (the driver gave the round up: a deadline).
+
+    The adapter's (``RoundReport.abort_code``): ``NO_TRAINING`` (the wrapped strategy
+    configured none), ``UNPACK_FAILED`` (the decoded sum is not a valid layout),
+    ``CLIP_WIDENED`` (too many partitions clipped: the round is rerun with a wider range),
+    ``INNER_STRATEGY`` (the wrapped strategy's aggregate returned no arrays).
+    """
+
+    TOO_FEW_UPLOADS = "too-few-uploads"
+    VIEWS_UNSIGNED = "views-unsigned"
+    CONVICTED = "convicted"
+    TOO_FEW_RECOVERY_REPLIES = "too-few-recovery-replies"
+    RECOVERY_INCONSISTENT = "recovery-inconsistent"
+    REPLICAS_DISAGREE = "replicas-disagree"
+    BROKEN_SILO = "broken-silo"
+    GIVEN_UP = "given-up"
+    NO_TRAINING = "no-training"
+    UNPACK_FAILED = "unpack-failed"
+    CLIP_WIDENED = "clip-widened"
+    INNER_STRATEGY = "inner-strategy"
+
+
 @dataclass(frozen=True)
 class RoundAborted:
-    """A round that produced nothing; ``reason`` says why, ``suspects`` names silos if known
-    (the liars of the round's judged accusations among them)."""
+    """A round that produced nothing; ``code`` says why as a value (:class:`AbortCode`),
+    ``reason`` in words, ``suspects`` names silos if known (the liars of the round's judged
+    accusations among them)."""
 
     round: int
     reason: str
     suspects: tuple[int, ...] = ()
     survivors: tuple[int, ...] = ()
     verdicts: tuple[Verdict, ...] = ()
+    code: AbortCode = AbortCode.GIVEN_UP
 
 
 @dataclass
@@ -223,7 +258,9 @@ class MachineCore:
         cleared = {v.accused for v in rnd.verdicts.values() if v.liar == v.accuser} - guilty
         return tuple(sorted((counted | guilty) - cleared))
 
-    def _abort(self, reason: str, suspects: tuple[int, ...] = ()) -> RoundAborted:
+    def _abort(
+        self, reason: str, suspects: tuple[int, ...] = (), *, code: AbortCode
+    ) -> RoundAborted:
         rnd = self._current()
         out = RoundAborted(
             round=rnd.number,
@@ -231,6 +268,7 @@ class MachineCore:
             suspects=tuple(sorted({*suspects, *self.liars})),
             survivors=rnd.survivors,
             verdicts=tuple(v for _, v in sorted(rnd.verdicts.items())),
+            code=code,
         )
         self._round = None
         self.stage = ServerStage.READY
