@@ -8,10 +8,11 @@ decoded sum carries the central noise and the server never sees an un-noised sum
 - :mod:`coded_fl.dp.transform`: clipping, the randomized Hadamard rotation, conditional
   randomized rounding;
 - :mod:`coded_fl.dp.noise`: each group's share of the noise and the keyed AES-CTR sampler;
+- :mod:`coded_fl.dp.keys`: a group's noise key, from the aligned masks' edge keys at it;
 - :mod:`coded_fl.dp.accounting`: the Skellam mechanism's RDP, composed over rounds and converted
   with Google's ``dp-accounting``.
 
-Not wired into the round yet: ``docs/privacy.md`` says what remains (the group's noise key
+Not wired into the round yet: ``docs/privacy.md`` says what remains (the edge keys dealt
 before round 1, the client pipeline, the benchmark).
 """
 
@@ -24,6 +25,7 @@ except ImportError as exc:  # pragma: no cover - the test set-up installs the ex
     ) from exc
 
 from coded_fl.dp.accounting import calibrate_mu, epsilon_of, rounded_sensitivity, skellam_rdp
+from coded_fl.dp.keys import check_noise_keys, noise_key
 from coded_fl.dp.noise import group_mu, skellam
 from coded_fl.dp.settings import DistributedDP, DPPlan
 from coded_fl.dp.transform import clip_l2, rotate, round_conditionally, unrotate
@@ -32,9 +34,11 @@ __all__ = [
     "DPPlan",
     "DistributedDP",
     "calibrate_mu",
+    "check_noise_keys",
     "clip_l2",
     "epsilon_of",
     "group_mu",
+    "noise_key",
     "rotate",
     "round_conditionally",
     "rounded_sensitivity",

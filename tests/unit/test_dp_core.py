@@ -200,3 +200,56 @@ def test_the_plan_states_the_guarantee_and_refuses_a_field_too_small():
         dp.plan(d=11_125, partitions=10, groups=5, colluders=1, rounds=20, modulus=2**20 + 7)
     with pytest.raises(ConfigurationError, match="noise_multiplier"):
         DistributedDP(noise_multiplier=0.0, clip=1.0)
+
+
+# ----------------------------------------------------------------------------- noise keys
+@pytest.mark.parametrize(("g", "t"), [(3, 1), (4, 1), (4, 2), (5, 2), (6, 3), (6, 1), (7, 4)])
+def test_no_coalition_of_t_groups_holds_a_clean_groups_noise_key(g, t):
+    """Every way T colluders can sit in T groups: for every group without a colluder, some
+    edge at it has neither end in the coalition, so its noise key is out of reach."""
+    from itertools import combinations
+
+    from coded_fl.dp.keys import check_noise_keys
+    from coded_fl.secagg.aligned import mask_graph
+
+    check_noise_keys(g, t)
+    edges = mask_graph(g, t)
+    for coalition in combinations(range(g), t):
+        for q in set(range(g)) - set(coalition):
+            at_q = [e for e in edges if q in e]
+            assert any(not (set(e) & set(coalition)) - {q} for e in at_q), (coalition, q)
+
+
+def test_with_g_equal_t_plus_one_a_coalition_could_hold_a_key_and_it_is_refused():
+    from itertools import combinations
+
+    from coded_fl.dp.keys import check_noise_keys
+    from coded_fl.secagg.aligned import mask_graph
+
+    g, t = 3, 2
+    edges = mask_graph(g, t)
+    leaks = [
+        (c, q)
+        for c in combinations(range(g), t)
+        for q in set(range(g)) - set(c)
+        if all((set(e) - {q}) <= set(c) for e in edges if q in e)
+    ]
+    assert leaks  # the claim above can fail: this is the setting it excludes
+    with pytest.raises(ConfigurationError, match="privacy_threshold=2"):
+        check_noise_keys(g, t)
+
+
+def test_the_noise_key_needs_every_edge_at_the_group():
+    from coded_fl.dp.keys import noise_key
+    from coded_fl.secagg.aligned import mask_graph
+
+    edges = mask_graph(5, 1)
+    keys = {e: bytes([i + 1]) * 32 for i, e in enumerate(edges)}
+    k0 = noise_key(keys, 0, run_id=b"run")
+    assert k0 == noise_key(dict(reversed(list(keys.items()))), 0, run_id=b"run")
+    assert k0 != noise_key(keys, 1, run_id=b"run") and k0 != noise_key(keys, 0, run_id=b"x")
+    at0 = [e for e in edges if 0 in e]
+    changed = {**keys, at0[-1]: bytes(32)}
+    assert noise_key(changed, 0, run_id=b"run") != k0  # one edge key unknown: another key
+    with pytest.raises(InputError, match="no edge key"):
+        noise_key({(1, 2): bytes(32)}, 0, run_id=b"run")
