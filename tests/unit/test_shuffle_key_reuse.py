@@ -145,38 +145,51 @@ def test_reuse_can_be_switched_off(tmp_path):
 
 def _offered(tmp_path):
     """After one epoch, every member has said hello to epoch 2 with an offer: the members,
-    their stores and the relay's PlanRequests (with the true roster), by member."""
+    their stores, the hello and their replies, and the relay's PlanRequests (with the true
+    roster), by member."""
     w = _epochs(tmp_path, 1)
     job = _job(w.cur, shifted_assignment(w.cur, K), "decentralized", epoch=2)
     relay = RelayCoordinator(job)
     hello = relay.hello()
+    first = {}
     for node, m in enumerate(sorted(w.members)):
-        relay.receive(node, w.members[m].receive(hello, w.stores[m]))
+        first[m] = w.members[m].receive(hello, w.stores[m])
+        relay.receive(node, first[m])
     assert relay.close_hello() and relay.keys_reused
-    reqs = dict(relay.plan_requests())
-    return w.members, w.stores, reqs
+    return SimpleNamespace(
+        members=w.members,
+        stores=w.stores,
+        hello=hello,
+        first=first,
+        reqs=dict(relay.plan_requests()),
+    )
 
 
 def test_a_relay_that_continues_a_key_for_another_roster_is_refused(tmp_path):
-    members, stores, reqs = _offered(tmp_path)
-    req = reqs[1]
+    o = _offered(tmp_path)
+    req = o.reqs[1]
     smaller = dataclasses.replace(req.roster, entries=req.roster.entries[:-1])
-    before = members[1].to_bytes()
+    before = o.members[1].to_bytes()
     with pytest.raises(RemoteProtocolError, match="only continued for the same members"):
-        members[1].receive(dataclasses.replace(req, roster=smaller), stores[1])
-    assert members[1].to_bytes() == before  # refused: nothing changed
+        o.members[1].receive(dataclasses.replace(req, roster=smaller), o.stores[1])
+    assert o.members[1].to_bytes() == before  # refused: nothing changed
     with pytest.raises(RemoteProtocolError, match="carries no roster"):
-        members[1].receive(dataclasses.replace(req, roster=None), stores[1])
-    reply = members[1].receive(req, stores[1])  # the true roster: planned
-    assert isinstance(reply, wire.PlanReply) and members[1].stage.value == "planned"
+        o.members[1].receive(dataclasses.replace(req, roster=None), o.stores[1])
+    reply = o.members[1].receive(req, o.stores[1])  # the true roster: planned
+    assert isinstance(reply, wire.PlanReply) and o.members[1].stage.value == "planned"
+    # the same hello again, after the continuation: the same offer as before
+    again = o.members[1].receive(o.hello, o.stores[1])
+    assert again.resume and again == o.first[1]
+    restored = ShuffleMember.from_bytes(o.members[1].to_bytes())
+    assert restored.receive(o.hello, o.stores[1]) == o.first[1]
 
 
 def test_a_plan_request_to_a_member_that_offered_nothing_is_refused(tmp_path):
-    members, stores, reqs = _offered(tmp_path)
-    member = ShuffleMember.from_bytes(members[2].to_bytes())
+    o = _offered(tmp_path)
+    member = ShuffleMember.from_bytes(o.members[2].to_bytes())
     member._resume_key = None  # as a member that had no key to offer
     with pytest.raises(RemoteProtocolError, match="offered no key to continue"):
-        member.receive(reqs[2], stores[2])
+        member.receive(o.reqs[2], o.stores[2])
 
 
 def test_an_offer_for_other_members_is_not_taken(tmp_path):

@@ -178,6 +178,7 @@ class ShuffleMember(MemberKeysPhase, MemberDeliveryPhase):
             "carry": None if self._carry is None else self._carry.to_json(),
             "resume_key": _hex(self._resume_key),
             "resume_share": _hex(self._resume_share),
+            "resume_members": None if self._resume_members is None else list(self._resume_members),
         }
         return json.dumps(state, separators=(",", ":")).encode()
 
@@ -233,6 +234,8 @@ class ShuffleMember(MemberKeysPhase, MemberDeliveryPhase):
                 m._carry = KeyCarry.from_json(s["carry"])
             m._resume_key = _unhex(s.get("resume_key"))
             m._resume_share = _unhex(s.get("resume_share"))
+            members = s.get("resume_members")
+            m._resume_members = None if members is None else tuple(int(x) for x in members)
         except (KeyError, TypeError, ValueError, RemoteProtocolError) as exc:
             raise InputError(f"shuffle member state is damaged: {exc}") from None
         return m

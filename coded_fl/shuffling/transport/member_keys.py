@@ -88,17 +88,18 @@ class MemberKeysPhase(MemberCore):
         )
 
     def _offer(self, job: ShuffleJob, store: UnitStore) -> tuple[bytes, tuple[int, ...], bytes]:
-        """The continuation this member offers at the hello (empty if it has none to offer)."""
-        carry = self._carry
-        if carry is None or not carry.offers(
-            run_id=job.run_id, epoch=job.epoch, org=self._org_key is not None
-        ):
-            return b"", (), b""
+        """The continuation this member offers at the hello (empty if it has none to offer);
+        the same offer for the same hello, in every stage of the epoch."""
         if self._resume_key is None:
+            carry = self._carry
+            if carry is None or not carry.offers(
+                run_id=job.run_id, epoch=job.epoch, org=self._org_key is not None
+            ):
+                return b"", (), b""
             key = ratchet(carry, epoch=job.epoch)
             self._resume_share = self._make_share(job, store, key)
-            self._resume_key = key
-        return resume_id(self._resume_key), carry.members, self._resume_share or b""
+            self._resume_members, self._resume_key = carry.members, key
+        return resume_id(self._resume_key), self._resume_members or (), self._resume_share or b""
 
     # ------------------------------------------------------------------ handlers (the table)
     def _on_hello(self, p: Hello, store: UnitStore) -> HelloReply:
@@ -179,7 +180,7 @@ class MemberKeysPhase(MemberCore):
                 "(the relay skipped the key stages)"
             )
         roster = self._check_roster(job, p.roster)
-        if roster.members != carry.members:
+        if roster.members != carry.members or carry.members != self._resume_members:
             raise RemoteProtocolError(
                 f"the relay continues the group key of members {list(carry.members)} for a "
                 f"roster of members {list(roster.members)}: a key is only continued for the "

@@ -61,6 +61,7 @@ class MemberCore:
     _carry: KeyCarry | None
     _resume_key: bytes | None
     _resume_share: bytes | None
+    _resume_members: tuple[int, ...] | None
 
     def _reset(self, job: ShuffleJob | None) -> None:
         self.stage = MemberStage.IDLE
@@ -75,6 +76,7 @@ class MemberCore:
         self._delivered: DeliverReply | None = None
         self._resume_key: bytes | None = None
         self._resume_share: bytes | None = None
+        self._resume_members: tuple[int, ...] | None = None
 
     # ------------------------------------------------------------------ helpers
     def _current_job(self) -> ShuffleJob:
