@@ -201,7 +201,7 @@ def calibrate_mu(
         if hi > 1e30:
             raise ConfigurationError(f"no noise reaches epsilon={epsilon} (delta={delta})")
     while hi - lo > rtol * hi:
-        mid = math.sqrt(lo * hi) if lo > 0 else hi / 2
+        mid = math.sqrt(lo * hi)
         if epsilon_of(mid, delta=delta, rounds=rounds, l2=l2, l1=l1) > epsilon:
             lo = mid
         else:

@@ -37,6 +37,7 @@ import struct
 import numpy as np
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+from randomgen import AESCounter
 
 from coded_fl.errors import ConfigurationError, InputError
 
@@ -118,8 +119,6 @@ def skellam(key: bytes, context: bytes, *, mu: float, size: int, start: int = 0)
     ConfigurationError
         If ``mu`` is not positive and finite.
     """
-    from randomgen import AESCounter  # imported here: only a run with distributed DP needs it
-
     if not isinstance(key, bytes) or len(key) != 32:
         raise InputError("the noise key is 32 bytes")
     if size < 0 or start < 0:

@@ -10,11 +10,13 @@ every member of the new roster offered the same continuation for exactly that ro
 Construction. A member that holds the group key ``G`` of epoch ``e`` with roster members ``M``
 derives, for a later epoch ``e' > e`` of the same run, the key
 
-.. math:: G' = \\mathrm{HKDF\\text{-}SHA256}(G;\\ \\mathrm{salt} = (e, e', \\mathrm{run}),\\
-          \\mathrm{info} = \\texttt{ratchet} \\,\\|\\, M)
+.. math:: G' = \\mathrm{HKDF\\text{-}SHA256}(G;\\ \\mathrm{salt} = (e', \\mathrm{run}),\\
+          \\mathrm{info} = \\texttt{ratchet} \\,\\|\\, e \\,\\|\\, M)
 
-(:func:`ratchet`), and sends the relay, in its HelloReply, a 16-byte continuation id
-``HMAC-SHA256(G', "resume")`` (:func:`resume_id`), the members ``M`` it holds a key for and its
+(:func:`ratchet`: the derivation of the epoch's sub-keys,
+:func:`~coded_fl.shuffling.transport.groupkey.derive_key`, with its own label), and sends
+the relay, in its HelloReply, a 16-byte continuation id ``HMAC-SHA256(G', "resume")``
+(:func:`resume_id`), the members ``M`` it holds a key for and its
 manifest share already sealed under ``G'``. The relay compares ids only: it never holds ``G`` or
 ``G'``. It takes the continuation iff every member of the new roster offered the same id and
 ``M`` is exactly the roster's member set; it then sends every member a PlanRequest that carries
@@ -53,15 +55,12 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import struct
 from dataclasses import dataclass
 from typing import Any
 
-from cryptography.hazmat.primitives import hashes
-from cryptography.hazmat.primitives.kdf.hkdf import HKDF
-
 from coded_fl.crypto import KEY_BYTES
 from coded_fl.errors import InputError
+from coded_fl.shuffling.transport.groupkey import derive_key
 
 __all__ = ["KEY_REUSE_LIMIT", "RESUME_ID_BYTES", "KeyCarry", "ratchet", "resume_id"]
 
@@ -70,7 +69,6 @@ KEY_REUSE_LIMIT = 8
 #: Bytes of the continuation id a member sends the relay.
 RESUME_ID_BYTES = 16
 
-_RATCHET_INFO = b"codedfl-shuffle-ratchet-v1/"
 _RESUME_INFO = b"codedfl-shuffle-resume-id-v1"
 
 
@@ -199,15 +197,11 @@ def ratchet(carry: KeyCarry, *, epoch: int) -> bytes:
         The new 32-byte group key: a one-way function of the old one, bound to the run, both
         epochs and the member set.
     """
-    run = carry.run_id.encode()
-    members = b"".join(struct.pack("<I", m) for m in carry.members)
-    hkdf = HKDF(
-        algorithm=hashes.SHA256(),
-        length=KEY_BYTES,
-        salt=struct.pack("<QQI", carry.epoch, epoch, len(run)) + run,
-        info=_RATCHET_INFO + members,
+    # the epoch's sub-key derivation, with the old epoch and the members in the label
+    members = ",".join(str(m) for m in carry.members)
+    return derive_key(
+        carry.key, f"ratchet/{carry.epoch}/{members}", run_id=carry.run_id, epoch=epoch
     )
-    return hkdf.derive(carry.key)
 
 
 def resume_id(key: bytes) -> bytes:

@@ -180,7 +180,7 @@ class MemberKeysPhase(MemberCore):
                 "(the relay skipped the key stages)"
             )
         roster = self._check_roster(job, p.roster)
-        if roster.members != carry.members or carry.members != self._resume_members:
+        if roster.members != carry.members:
             raise RemoteProtocolError(
                 f"the relay continues the group key of members {list(carry.members)} for a "
                 f"roster of members {list(roster.members)}: a key is only continued for the "
