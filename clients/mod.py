@@ -45,8 +45,6 @@ import time
 from pathlib import Path
 
 from flwr.app import (
-    Array,
-    ArrayRecord,
     ConfigRecord,
     Context,
     Message,
@@ -64,29 +62,20 @@ from coded_fl.secagg.client import (
     refusal_for,
     weight_bound,
 )
-from coded_fl.secagg.messages import (
-    KeyRequest,
-    Limits,
-    TrainRequest,
-    decode,
-    encode_parts,
-    peek_header,
-)
+from coded_fl.secagg.messages import KeyRequest, Limits, TrainRequest, peek_header
 from coded_fl.secagg.messages import Message as ProtocolMessage
 from coded_fl.secagg.policy import ClientPolicy
 from coded_fl.secagg.silo import UploadLog, partition_seed
 from coded_fl.vocabulary import (
-    FRAME_ARRAY,
     INFO_KEY,
     METRIC_NAMES_ENTRY,
     MSG_KEY,
     STATE_KEY,
     TRAIN_KEY,
     TrainSpec,
-    frame_npy,
     inputs_digest,
-    read_frame,
 )
+from coded_fl_flower.records import message_from, message_record
 
 from .training import _train_partitions
 
@@ -134,9 +123,7 @@ def _limits(machine: ClientMachine, raw: bytes) -> Limits | None:
 def _reply(
     msg: Message, proto: ProtocolMessage, info: dict[str, float | str] | None = None
 ) -> Message:
-    n, data = frame_npy(encode_parts(proto))  # one copy of the upload, not np.save's three
-    array = Array("uint8", (n,), "numpy.ndarray", data)
-    content = RecordDict({MSG_KEY: ArrayRecord({FRAME_ARRAY: array})})
+    content = RecordDict({MSG_KEY: message_record(proto)})
     if info:
         content[INFO_KEY] = ConfigRecord(info)  # type: ignore[arg-type]
     return Message(content, reply_to=msg)
@@ -218,17 +205,17 @@ def _handle(
 ) -> Message:
     if msg.metadata.message_type != MessageType.TRAIN:
         return call_next(msg, context)
-    raw = read_frame(msg.content, MSG_KEY)
-    if raw is None:
+    machine = _load(context, policy)  # a restarted node has none: it refuses with NEEDS_KEYS
+    # decoded within the limits of the silo's configuration when it is of its session
+    proto = message_from(msg.content, limits=lambda raw: _limits(machine, raw))
+    if proto is None:
         raise ConfigurationError(
             "coded_secagg_mod received a train message without coded-fl content: wrap the "
             "server's strategy with coded_fl_flower.CodedSecAgg, or remove the mod from the "
             "ClientApp"
         )
-    machine = _load(context, policy)  # a restarted node has none: it refuses with NEEDS_KEYS
     uploads = _upload_log(context)
     uploads.recall(machine)  # what a stale state written back may lack
-    proto = decode(raw, limits=_limits(machine, raw))
     info: dict[str, float | str] = {}
     spec = None
     try:

@@ -51,25 +51,22 @@ from pathlib import Path
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Error, Message, RecordDict
+from flwr.app import ConfigRecord, Context, Error, Message
 from flwr.clientapp import ClientApp
 from flwr.clientapp.typing import ClientAppCallable, Mod
 
 from coded_fl.errors import CodedFLError, ConfigurationError, RemoteProtocolError
 from coded_fl.shuffling.storage.store import UnitStore
 from coded_fl.shuffling.transport.member import ShuffleMember
-from coded_fl.shuffling.transport.wire import Hello, Packet, decode, encode
+from coded_fl.shuffling.transport.wire import Hello
 from coded_fl.vocabulary import (
-    FRAME_ARRAY,
     ORG_KEY_FILE_NODE_KEY,
     SHUFFLE_ACTION,
-    SHUFFLE_KEY,
     SHUFFLE_STATE_KEY,
     SILO_NODE_KEY,
     STORE_NODE_KEY,
-    frame,
-    read_frame,
 )
+from coded_fl_flower.records import packet_content, packet_from
 
 __all__ = [
     "make_shuffle_handler",
@@ -81,10 +78,6 @@ __all__ = [
 ]
 
 _ERROR_CODE = 2  # flwr's ErrorCode.CLIENT_APP_RAISED_EXCEPTION
-
-
-def _content(packet: Packet) -> RecordDict:
-    return RecordDict({SHUFFLE_KEY: ArrayRecord({FRAME_ARRAY: Array(frame(encode(packet)))})})
 
 
 def member_id(context: Context, *, K: int) -> int:
@@ -273,8 +266,7 @@ def make_shuffle_handler(*, store_root: str | Path | None = None) -> ClientAppCa
     def shuffle_handler(msg: Message, context: Context) -> Message:
         member = "?"
         try:
-            raw = read_frame(msg.content, SHUFFLE_KEY)
-            packet = None if raw is None else decode(raw)
+            packet = packet_from(msg.content)
             if packet is None:
                 raise RemoteProtocolError(
                     "a shuffle query without codedfl.shuffle content: the server must use "
@@ -304,7 +296,7 @@ def make_shuffle_handler(*, store_root: str | Path | None = None) -> ClientAppCa
             _save(context, path, _state_key(context), machine)
         except CodedFLError as exc:  # refused: the state stays as it was
             return Message(Error(code=_ERROR_CODE, reason=f"member {member}: {exc}"), reply_to=msg)
-        return Message(_content(reply), reply_to=msg)
+        return Message(packet_content(reply), reply_to=msg)
 
     return shuffle_handler
 

@@ -7,52 +7,57 @@ The installed wheel holds the adapters as subpackages of this one,
 ``coded_fl_flower/clients/`` (ClientApp: :func:`coded_secagg_mod`, :func:`register_shuffle`),
 and no top-level ``strategies`` or ``clients`` that could shadow a project's own modules. In the
 source tree they are the folders ``strategies/`` and ``clients/`` beside this package (the
-layout the project keeps): this module then registers them as ``coded_fl_flower.strategies``
-and ``coded_fl_flower.clients`` (the same module objects as ``strategies`` and ``clients``, so
-both spellings name the same classes). The framework-free core stays ``coded_fl``.
+layout the project keeps), imported under those names only (the public names below are
+imported on first use). Each adapter module therefore has
+exactly one import path where it lives (``strategies.run`` in the source tree,
+``coded_fl_flower.strategies.run`` in the wheel), so no module is ever loaded twice as two
+copies whose classes differ; this package re-exports the same public API from either, and
+``import coded_fl_flower.strategies`` works in the wheel only. The framework-free core stays
+``coded_fl``.
 """
 
 from __future__ import annotations
 
-import sys
+import importlib
 from pathlib import Path
-
-if not (Path(__file__).resolve().parent / "strategies" / "__init__.py").is_file():
-    # the source tree: the adapters are the top-level folders beside this package
-    import clients
-    import strategies
-
-    sys.modules[f"{__name__}.clients"] = clients
-    sys.modules[f"{__name__}.strategies"] = strategies
+from typing import TYPE_CHECKING, Any
 
 from coded_fl.secagg import AbortCode
 from coded_fl.secagg.policy import ClientPolicy
 
-from .clients import (
-    MissingDataError,
-    coded_secagg_mod,
-    make_coded_secagg_mod,
-    partition_arrays,
-    partition_dataset,
-    partition_tensors,
-    register_shuffle,
-    seed_own_data,
-    shuffle_client_app,
-    silo_data_mod,
-    silo_store,
-)
-from .strategies import (
-    CodedSecAgg,
-    CodedSecAggWorkflow,
-    LegacyStrategy,
-    NotComposableError,
-    RoundReport,
-    ShuffledTraining,
-    ShuffleRelay,
-    coded_server_app,
-)
+if TYPE_CHECKING:  # a type checker reads the wheel's layout, what users check against
+    from .clients import *  # noqa: F403  (the adapters' __all__ is this package's API)
+    from .strategies import *  # noqa: F403
 
-__all__ = [
+#: Whether this is the source tree (the adapters are the top-level folders beside this package)
+SOURCE_TREE = not (Path(__file__).resolve().parent / "strategies" / "__init__.py").is_file()
+
+#: The adapters, in the order their names are looked up
+_ADAPTERS = ("clients", "strategies")
+
+
+def __getattr__(name: str) -> Any:
+    """An adapter's public name, imported on first use (PEP 562).
+
+    Lazy, so that the adapters can import :mod:`coded_fl_flower.records` (their shared
+    translation of Flower records) without importing each other through this package.
+    """
+    if name in __all__:
+        for adapter in _ADAPTERS:
+            module = importlib.import_module(adapter if SOURCE_TREE else f"{__name__}.{adapter}")
+            if name in module.__all__:
+                value = getattr(module, name)
+                globals()[name] = value
+                return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
+
+
+# (the names below come from the star imports a type checker reads, or from __getattr__)
+__all__ = [  # noqa: F405
     "AbortCode",
     "ClientPolicy",
     "CodedSecAgg",

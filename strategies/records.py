@@ -1,9 +1,10 @@
-"""The server's translation between coded-fl and Flower records.
+"""The server's model records: the reply's metric names, and a decoded flat vector back into
+a model record.
 
 Names come from :mod:`coded_fl.vocabulary` (the one owner of the wire vocabulary, shared with
 the client mod); the update-vector layout and the flattening of a model come from
-:mod:`coded_fl.layout`. What is here needs Flower's types: framing a protocol message into an
-``ArrayRecord`` and reading one back, and turning a flat vector back into a model record.
+:mod:`coded_fl.layout`; framing a protocol message into a record and reading it back is
+:mod:`coded_fl_flower.records`, which both adapters share.
 Model arrays travel flattened in a fixed order (the ArrayRecord's key order) as float32;
 integer arrays are summed exactly apart from them (:mod:`coded_fl.layout`) and come back as
 float64 weighted means, as Flower's FedAvg returns them.
@@ -16,85 +17,18 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 import torch
-from flwr.app import Array, ArrayRecord, RecordDict
+from flwr.app import Array, ArrayRecord
 
-from coded_fl.errors import ConfigurationError, RemoteProtocolError
+from coded_fl.errors import ConfigurationError
 from coded_fl.layout import DecodedUpdate
-from coded_fl.secagg.messages import Limits, Message, decode, encode_parts, peek_type
-from coded_fl.vocabulary import (
-    FRAME_ARRAY,
-    INFO_KEY,
-    METRIC_NAMES_ENTRY,
-    MSG_KEY,
-    frame_npy,
-    read_frame,
-)
+from coded_fl.vocabulary import INFO_KEY, METRIC_NAMES_ENTRY
 
 __all__ = [
     "integer_arrays",
     "keep_layout",
-    "message_from",
-    "message_record",
+    "metric_names",
     "unflatten",
 ]
-
-
-def message_record(msg: Message) -> ArrayRecord:
-    """An encoded protocol message as a Flower ArrayRecord (one uint8 Array).
-
-    Parameters
-    ----------
-    msg
-        The protocol message.
-
-    Returns
-    -------
-    ArrayRecord
-        To put under :data:`coded_fl.vocabulary.MSG_KEY` of a message's content.
-    """
-    n, data = frame_npy(encode_parts(msg))
-    return ArrayRecord({FRAME_ARRAY: Array("uint8", (n,), "numpy.ndarray", data)})
-
-
-def message_from(
-    content: RecordDict,
-    *,
-    expect: tuple[type[Message], ...] | None = None,
-    limits: Limits | None = None,
-) -> Message | None:
-    """The protocol message in a message's content, or None if it carries none.
-
-    Parameters
-    ----------
-    content
-        A Flower message's content.
-    expect
-        The message types the receiver takes now: any other is refused from its header,
-        before the body is decoded.
-    limits
-        The limits of the receiver's configuration (:meth:`Limits.for_config`): counts and
-        sizes beyond them are refused before anything is built from them.
-
-    Returns
-    -------
-    coded_fl.secagg.messages.Message | None
-
-    Raises
-    ------
-    RemoteProtocolError
-        If the record is not a framed record, the bytes are not a valid message, the message
-        is of a type not in ``expect`` or exceeds ``limits``.
-    """
-    raw = read_frame(content, MSG_KEY)
-    if raw is None:
-        return None
-    if expect is not None:
-        kind = peek_type(raw)
-        if kind not in expect:
-            raise RemoteProtocolError(
-                f"sent {kind.__name__}, expected {' or '.join(t.__name__ for t in expect)}"
-            )
-    return decode(raw, limits=limits)
 
 
 #: Bounds on a reply's metric names (they only label sums; anything beyond is not read).

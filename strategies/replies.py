@@ -20,9 +20,10 @@ from coded_fl.secagg.messages import Message as ProtocolMessage
 from coded_fl.secagg.replies import take_late
 from coded_fl.secagg.transport import Batch, Reply
 from coded_fl.vocabulary import MSG_KEY
+from coded_fl_flower.records import message_from, message_record
 
 from .exchange import Exchange, LateReply
-from .records import message_from, message_record, metric_names
+from .records import metric_names
 from .run import RunState
 
 __all__ = ["FlowerTransport", "flower_message", "late_reply", "read_reply"]

@@ -25,10 +25,11 @@ from coded_fl.secagg.driver import ProtocolDriver
 from coded_fl.secagg.messages import Message as ProtocolMessage
 from coded_fl.secagg.transport import Waits
 from coded_fl.vocabulary import MSG_KEY, TRAIN_KEY, inputs_digest, metric_slot_names
+from coded_fl_flower.records import message_record
 
 from .adaptation import narrow_clip_range
 from .composable import one_sum_reply
-from .records import integer_arrays, keep_layout, message_record, unflatten
+from .records import integer_arrays, keep_layout, unflatten
 from .replies import FlowerTransport
 from .report import RoundReport
 from .roster import RosterGrid

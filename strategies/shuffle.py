@@ -14,7 +14,7 @@ group key for the others), join (the others open it), plan (members agree on the
 their coded messages), deliver (each silo gets the messages the plan routes to it, decodes,
 verifies, commits its store). The protocol logic is the sans-IO
 :class:`~coded_fl.shuffling.transport.coordinator.RelayCoordinator`; this module only moves packets
-(:mod:`strategies.shuffle_records`) and enforces the deadlines. The server never holds a key, a
+(:mod:`coded_fl_flower.records`) and enforces the deadlines. The server never holds a key, a
 unit, a hash or a length; everything it forwards is AES-256-GCM ciphertext under the group key.
 
 The ClientApp side is :func:`clients.shuffle.register_shuffle`.
@@ -33,9 +33,9 @@ from flwr.serverapp import Grid
 from coded_fl.errors import CodedFLError, ConfigurationError, RemoteProtocolError
 from coded_fl.shuffling.transport.coordinator import RelayCoordinator, ShuffleResult
 from coded_fl.shuffling.transport.wire import Packet, ShuffleJob
+from coded_fl_flower.records import SHUFFLE_MESSAGE_TYPE, packet_content, packet_from
 
 from .exchange import Exchange
-from .shuffle_records import SHUFFLE_MESSAGE_TYPE, packet_content, packet_from
 
 __all__ = ["ShuffleRelay"]
 

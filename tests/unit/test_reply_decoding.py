@@ -26,7 +26,7 @@ from flwr.app import (
     RecordDict,
 )
 
-import strategies.records
+import coded_fl_flower.records
 from clients import coded_secagg_mod
 from coded_fl.errors import RemoteProtocolError
 from coded_fl.layout import UpdateLayout
@@ -113,9 +113,9 @@ def _peak(fn) -> int:  # type: ignore[no-untyped-def]
 def test_server_refuses_an_unexpected_type_from_its_header_before_decoding(monkeypatch):
     state, _, uploads = _collecting()
     decoded: list[bytes] = []
-    real = strategies.records.decode
+    real = coded_fl_flower.records.decode
     monkeypatch.setattr(
-        strategies.records, "decode", lambda raw, **kw: decoded.append(raw) or real(raw, **kw)
+        coded_fl_flower.records, "decode", lambda raw, **kw: decoded.append(raw) or real(raw, **kw)
     )
     errors: dict[int, str] = {}
     feed(state, 0, _reply(encode(uploads[0])), RecoveryReply, errors)
@@ -130,9 +130,9 @@ def test_server_refuses_an_unexpected_type_from_its_header_before_decoding(monke
 def test_server_decodes_with_the_limits_of_the_run(monkeypatch):
     state, _, uploads = _collecting()
     seen: list[object] = []
-    real = strategies.records.decode
+    real = coded_fl_flower.records.decode
     monkeypatch.setattr(
-        strategies.records,
+        coded_fl_flower.records,
         "decode",
         lambda raw, **kw: seen.append(kw.get("limits")) or real(raw, **kw),
     )

@@ -24,7 +24,7 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Message
 
 from coded_fl.secagg.messages import TrainRequest, Upload
 from coded_fl.vocabulary import TRAIN_KEY
-from strategies.records import message_from
+from coded_fl_flower.records import message_from
 from tests.unit.test_strategy_faults import D, FakeGrid, _task_identity  # noqa: F401
 from tests.unit.test_strategy_faults import _strategy as faults_strategy
 

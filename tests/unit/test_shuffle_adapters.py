@@ -27,9 +27,9 @@ from coded_fl.shuffling.transport import wire
 from coded_fl.shuffling.transport.wire import JoinReply
 from coded_fl.vocabulary import SHUFFLE_KEY
 from coded_fl.vocabulary import SHUFFLE_STATE_KEY as STATE_KEY
+from coded_fl_flower.records import packet_content, packet_from
 from simulations.shuffle.flower import RecordingGrid, drop_mod, leaked
 from strategies.shuffle import ShuffleRelay
-from strategies.shuffle_records import packet_content, packet_from
 
 K = 4
 

@@ -33,9 +33,9 @@ from clients import coded_secagg_mod
 from coded_fl.errors import ConfigurationError
 from coded_fl.secagg.client import NEEDS_KEYS
 from coded_fl.secagg.messages import Upload
+from coded_fl_flower.records import message_from, message_record
 from simulations.deploy.tamper import forge_shares
 from strategies import CodedSecAgg
-from strategies.records import message_from, message_record
 
 D = 16
 

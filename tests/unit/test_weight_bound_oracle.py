@@ -22,7 +22,7 @@ from flwr.app import ConfigRecord, Error, Message, RecordDict
 
 from coded_fl.secagg.messages import Refusal, RefusalCode, TrainRequest, Upload
 from coded_fl.vocabulary import TRAIN_KEY
-from strategies.records import message_from
+from coded_fl_flower.records import message_from
 from tests.unit.test_strategy_faults import FakeGrid, _start, _strategy, _task_identity  # noqa: F401
 
 pytestmark = pytest.mark.usefixtures("_task_identity")

@@ -22,8 +22,8 @@ from flwr.clientapp import ClientApp
 from clients import coded_secagg_mod
 from coded_fl.secagg.messages import Upload
 from coded_fl.vocabulary import MSG_KEY
+from coded_fl_flower.records import message_from, message_record
 from simulations.deploy.tamper import forge_shares, signed_forgeries
-from strategies.records import message_from, message_record
 
 EXAMPLES = 100  # num-examples every partition reports
 
