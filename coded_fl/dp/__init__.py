@@ -28,7 +28,13 @@ from coded_fl.dp.accounting import calibrate_mu, epsilon_of, rounded_sensitivity
 from coded_fl.dp.keys import check_noise_keys, noise_key
 from coded_fl.dp.noise import group_mu, skellam
 from coded_fl.dp.settings import DistributedDP, DPPlan
-from coded_fl.dp.transform import clip_l2, rotate, round_conditionally, unrotate
+from coded_fl.dp.transform import (
+    clip_l2,
+    rotate,
+    round_conditionally,
+    round_randomized,
+    unrotate,
+)
 
 __all__ = [
     "DPPlan",
@@ -41,6 +47,7 @@ __all__ = [
     "noise_key",
     "rotate",
     "round_conditionally",
+    "round_randomized",
     "rounded_sensitivity",
     "skellam",
     "skellam_rdp",

@@ -87,8 +87,10 @@ def skellam_rdp(orders: Sequence[float], *, l2: float, l1: float, mu: float) -> 
     return gauss + extra
 
 
-def rounded_sensitivity(clip_steps: float, d: int, beta: float) -> tuple[float, float]:
-    """L2 and L1 sensitivity of one partition's update after conditional randomized rounding.
+def rounded_sensitivity(
+    clip_steps: float, d: int, beta: float | None = None
+) -> tuple[float, float]:
+    """L2 and L1 sensitivity of one partition's update after randomized rounding.
 
     A partition's update, clipped to L2 norm ``clip_steps`` (in quantization steps), is rounded
     coordinate-wise at random (each coordinate to one of its two neighbouring integers,
@@ -98,8 +100,10 @@ def rounded_sensitivity(clip_steps: float, d: int, beta: float) -> tuple[float, 
 
     (which a first draw meets with probability >= 1 - beta: Kairouz, Liu and Steinke, "The
     Distributed Discrete Gaussian Mechanism for Federated Learning with Secure Aggregation",
-    ICML 2021). The triangle inequality gives c + sqrt(d) whatever the draw; the smaller bound
-    is the sensitivity. For an integer vector, L1 <= min(L2^2, sqrt(d) L2).
+    ICML 2021). The triangle inequality gives c + sqrt(d) whatever the draw (every coordinate
+    moves by less than 1): that is the sensitivity of plain randomized rounding (``beta=None``,
+    the default the plan uses), and with conditional rounding the smaller of the two bounds
+    is. For an integer vector, L1 <= min(L2^2, sqrt(d) L2).
 
     Parameters
     ----------
@@ -108,7 +112,8 @@ def rounded_sensitivity(clip_steps: float, d: int, beta: float) -> tuple[float, 
     d
         The number of coordinates.
     beta
-        The conditional rounding's failure probability per draw, in (0, 1).
+        The conditional rounding's failure probability per draw, in (0, 1); None: plain
+        randomized rounding (no condition).
 
     Returns
     -------
@@ -124,11 +129,13 @@ def rounded_sensitivity(clip_steps: float, d: int, beta: float) -> tuple[float, 
         raise ConfigurationError(f"clip_steps must be positive, got {clip_steps!r}")
     if not (isinstance(d, int) and d >= 1):
         raise ConfigurationError(f"d must be a positive integer, got {d!r}")
-    if not 0 < beta < 1:
+    if beta is not None and not 0 < beta < 1:
         raise ConfigurationError(f"beta must be in (0, 1), got {beta!r}")
     c = float(clip_steps)
-    squared = c * c + d / 4.0 + math.sqrt(2.0 * math.log(1.0 / beta)) * (c + math.sqrt(d) / 2.0)
-    l2 = min(math.sqrt(squared), c + math.sqrt(d))
+    l2 = c + math.sqrt(d)
+    if beta is not None:
+        squared = c * c + d / 4.0 + math.sqrt(2.0 * math.log(1.0 / beta)) * (c + math.sqrt(d) / 2)
+        l2 = min(math.sqrt(squared), l2)
     l1 = min(l2 * l2, math.sqrt(d) * l2)
     return l2, l1
 

@@ -46,6 +46,8 @@ class DPPlan:
         A bound on |sum| per coordinate in steps that holds with probability >= 1 - 1e-9.
     epsilon_round, epsilon_run
         The guarantee of one round and of ``rounds`` rounds at ``delta``.
+    rounding
+        ``"randomized"`` (the default) or ``"conditional"`` (:attr:`DistributedDP.beta` set).
     """
 
     step: float
@@ -58,6 +60,7 @@ class DPPlan:
     wrap_bound: float
     epsilon_round: float
     epsilon_run: float
+    rounding: str = "randomized"
 
 
 @dataclass(frozen=True)
@@ -73,10 +76,16 @@ class DistributedDP:
     delta
         The delta of the (epsilon, delta) guarantee.
     beta
-        The conditional rounding's failure probability per draw.
+        None (the default): plain randomized rounding, whose sensitivity is
+        ``steps_per_clip + sqrt(d)`` steps and which replicas on drifting machines round alike
+        but for a few coordinates. A number in (0, 1): conditional rounding with this failure
+        probability per draw (a sensitivity lower by at most sqrt(d) steps; a drift of one
+        coordinate can make two replicas keep different draws: :mod:`coded_fl.dp.transform`).
     steps_per_clip
         Integers per clip norm (the resolution of the rounding; the rounding's own noise is
-        about sqrt(d) / 2 steps against the clip's ``steps_per_clip``).
+        about sqrt(d) / 2 steps against the clip's ``steps_per_clip``). None (the default):
+        the smallest power of two >= max(2^16, 100 sqrt(d)), so that rounding adds at most 1 %
+        to the sensitivity.
 
     Raises
     ------
@@ -87,18 +96,39 @@ class DistributedDP:
     noise_multiplier: float
     clip: float
     delta: float = 1e-5
-    beta: float = math.exp(-0.5)
-    steps_per_clip: float = 2.0**16
+    beta: float | None = None
+    steps_per_clip: float | None = None
 
     def __post_init__(self) -> None:
         for name in ("noise_multiplier", "clip", "steps_per_clip"):
             v = getattr(self, name)
+            if name == "steps_per_clip" and v is None:
+                continue
             if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
                 raise ConfigurationError(f"DistributedDP({name}=...) must be > 0, got {v!r}")
         for name in ("delta", "beta"):
             v = getattr(self, name)
+            if name == "beta" and v is None:
+                continue
             if not (isinstance(v, float) and 0 < v < 1):
                 raise ConfigurationError(f"DistributedDP({name}=...) must be in (0, 1), got {v!r}")
+
+    def resolution(self, d: int) -> float:
+        """The integers per clip norm for a d-coordinate model: :attr:`steps_per_clip`, or
+        (None) the smallest power of two >= max(2^16, 100 sqrt(d)).
+
+        Parameters
+        ----------
+        d
+            The model's coordinates.
+
+        Returns
+        -------
+        float
+        """
+        if self.steps_per_clip is not None:
+            return float(self.steps_per_clip)
+        return float(2 ** max(16, math.ceil(math.log2(100.0 * math.sqrt(d)))))
 
     def plan(
         self, *, d: int, partitions: int, groups: int, colluders: int, rounds: int, modulus: int
@@ -131,8 +161,8 @@ class DistributedDP:
             If g <= T, or if the sum could wrap the field (naming steps_per_clip, the
             partitions and the modulus).
         """
-        step = self.clip / self.steps_per_clip
-        c = self.steps_per_clip
+        c = self.resolution(d)
+        step = self.clip / c
         l2, l1 = rounded_sensitivity(c, d, self.beta)
         mu = (self.noise_multiplier * c) ** 2 / 2.0
         mu_group = group_mu(mu, groups=groups, colluders=colluders)
@@ -147,7 +177,7 @@ class DistributedDP:
                 f"distributed DP would wrap the field: the sum of {partitions} partitions plus "
                 f"the noise reaches {bound:.3g} steps per coordinate, the field holds "
                 f"{modulus // 2} (p = {modulus}); lower DistributedDP(steps_per_clip=...) "
-                f"(now {self.steps_per_clip:g}) or use a larger field"
+                f"(now {c:g}) or use a larger field"
             )
         return DPPlan(
             step=step,
@@ -160,4 +190,5 @@ class DistributedDP:
             wrap_bound=bound,
             epsilon_round=epsilon_of(mu, delta=self.delta, rounds=1, l2=l2, l1=l1),
             epsilon_run=epsilon_of(mu, delta=self.delta, rounds=rounds, l2=l2, l1=l1),
+            rounding="randomized" if self.beta is None else "conditional",
         )

@@ -8,9 +8,15 @@ conditional randomized rounding to integers (issue 33, item 2).
   norm c evenly: every coordinate is then about c / sqrt(m), so the field's range is not spent
   on one large coordinate and a modular wrap is rare
   (:meth:`coded_fl.dp.settings.DistributedDP.plan` bounds it).
-- **Conditional randomized rounding** (:func:`round_conditionally`): each coordinate to one of
-  its two neighbouring integers, unbiased, drawn again until the squared norm is within the bound
-  of :func:`coded_fl.dp.accounting.rounded_sensitivity`.
+- **Randomized rounding** (:func:`round_randomized`, what a run uses): each coordinate to one
+  of its two neighbouring integers, unbiased, from the partition's rounding key. Replicas of a
+  partition computed on machines whose floats drift apart then round apart only at the few
+  coordinates that drift across a draw's threshold, as the quantizer's own rounding does.
+  **Conditional** rounding (:func:`round_conditionally`) draws again until the squared norm is
+  within the tighter bound of :func:`coded_fl.dp.accounting.rounded_sensitivity`: its
+  sensitivity is lower by at most sqrt(d) steps, but whether a draw is kept depends on the
+  whole vector, so a drift of one coordinate can make two replicas keep different draws and
+  disagree everywhere (``tests/unit/test_dp_core.py`` shows both).
 
 >>> x = np.array([3.0, -4.0, 0.0])
 >>> y = rotate(x, seed=7)
@@ -26,7 +32,14 @@ import numpy as np
 
 from coded_fl.errors import ConfigurationError, InputError
 
-__all__ = ["clip_l2", "padded_size", "rotate", "round_conditionally", "unrotate"]
+__all__ = [
+    "clip_l2",
+    "padded_size",
+    "rotate",
+    "round_conditionally",
+    "round_randomized",
+    "unrotate",
+]
 
 
 def padded_size(d: int) -> int:
@@ -131,6 +144,31 @@ def clip_l2(x: np.ndarray, clip: float) -> tuple[np.ndarray, float]:
     norm = float(np.linalg.norm(x))
     factor = 1.0 if norm <= clip else clip / norm
     return x * factor, factor
+
+
+def round_randomized(x: np.ndarray, *, rng: np.random.Generator) -> np.ndarray:
+    """Unbiased randomized rounding to integers: floor(x) + 1 with probability frac(x).
+
+    Its L2 sensitivity is c + sqrt(d) for an input of norm c
+    (:func:`coded_fl.dp.accounting.rounded_sensitivity` with ``beta=None``). Two inputs that
+    differ by a small drift, rounded with the same ``rng`` state, differ only where a
+    coordinate's drift crosses its draw's threshold.
+
+    Parameters
+    ----------
+    x
+        A float vector (in quantization steps).
+    rng
+        The randomness of the rounding (the partition's, the same at each of its replicas).
+
+    Returns
+    -------
+    numpy.ndarray
+        int64.
+    """
+    x = np.asarray(x, dtype=np.float64)
+    low = np.floor(x)
+    return (low + (rng.random(x.shape) < x - low)).astype(np.int64)
 
 
 def round_conditionally(

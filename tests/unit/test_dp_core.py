@@ -23,6 +23,7 @@ from coded_fl.dp import (
     group_mu,
     rotate,
     round_conditionally,
+    round_randomized,
     rounded_sensitivity,
     skellam,
     skellam_rdp,
@@ -176,6 +177,59 @@ def test_conditional_rounding_meets_the_bound_and_is_unbiased_per_coordinate(d, 
     assert float(out @ out) <= l2 * l2 + 1e-9
     assert np.abs(out - x).max() < 1.0
     assert np.abs(out).sum() <= l1 + 1e-9
+
+
+def _drifted(seed: int, d: int = 4000, c: float = 2.0**16) -> tuple[np.ndarray, np.ndarray]:
+    """A clipped update in steps and a replica of it computed elsewhere: every coordinate off
+    by a relative float drift of about 1e-7 (float32 kernels that differ)."""
+    rng = np.random.default_rng(seed)
+    x = rotate(clip_l2(rng.normal(size=d), 1.0)[0], seed=seed)[:d] * c
+    return x, x * (1.0 + 1e-7 * rng.standard_normal(d))
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_randomized_rounding_keeps_drifting_replicas_together(seed):
+    # the same rounding key at both replicas: they round apart only where a coordinate's drift
+    # crosses its draw's threshold (a handful of 4,000 here), so the vote's per-coordinate
+    # tolerance absorbs it as it absorbs the quantizer's
+    x, y = _drifted(seed)
+    a = round_randomized(x, rng=np.random.default_rng(99))
+    b = round_randomized(y, rng=np.random.default_rng(99))
+    assert int((a != b).sum()) <= 4
+    assert np.abs(a - b).max() <= 1
+
+
+def test_conditional_rounding_can_split_drifting_replicas_everywhere():
+    # why the plan's default is plain randomized rounding: with conditional rounding whether a
+    # draw is kept depends on the whole vector's norm. When the first draw's squared norm
+    # lies between the two replicas' (a drift of one coordinate across its threshold moves
+    # it), one replica keeps the draw and the other draws again: they then disagree at about
+    # half the coordinates, beyond any tolerance, and the vote would take drift for corruption
+    x, y = _drifted(0)
+    u = np.random.default_rng(99).random(x.size)
+    frac = x - np.floor(x)
+    i = int(np.argmin(np.abs(u - frac)))  # the coordinate whose draw a drift crosses first
+    y = x.copy()
+    y[i] = np.floor(x[i]) + u[i] + (1e-9 if frac[i] < u[i] else -1e-9)
+    first_x = round_randomized(x, rng=np.random.default_rng(99))
+    first_y = round_randomized(y, rng=np.random.default_rng(99))
+    assert int((first_x != first_y).sum()) == 1
+    bound_sq = float(min(first_x @ first_x, first_y @ first_y))
+    a = round_conditionally(x, bound_sq=bound_sq, rng=np.random.default_rng(99))
+    b = round_conditionally(y, bound_sq=bound_sq, rng=np.random.default_rng(99))
+    assert int((a != b).sum()) > x.size // 4
+
+
+@pytest.mark.parametrize("d", [10, 11_122, 97_858, 1_000_000, 25_000_000])
+def test_the_default_resolution_keeps_the_rounding_within_one_percent_of_the_clip(d):
+    dp = DistributedDP(noise_multiplier=1.0, clip=1.0)
+    c = dp.resolution(d)
+    assert c >= 2**16 and math.log2(c).is_integer()
+    l2, _ = rounded_sensitivity(c, d)
+    assert l2 == pytest.approx(c + math.sqrt(d))
+    assert l2 / c - 1 <= 0.01
+    plan = dp.plan(d=d, partitions=10, groups=5, colluders=1, rounds=20, modulus=2**61 - 1)
+    assert plan.rounding == "randomized" and plan.l2 == pytest.approx(l2)
 
 
 def test_clip_scales_only_long_vectors():
