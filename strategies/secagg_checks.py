@@ -14,15 +14,16 @@ from flwr.serverapp.strategy import Strategy
 
 from coded_fl.errors import ConfigurationError
 from coded_fl.quantize import check_clip_range, check_positive_real
+from coded_fl.secagg.masking import names as masking_names
 from coded_fl.vocabulary import MAX_DELTA_SCALE
 
 from .composable import check_composable, check_dp_sampling, legacy_advice
 
 __all__ = ["check_settings", "is_real"]
 
-#: The gradient codes and maskings a run may ask for (ProtocolConfig decides which fit n, s).
+#: The gradient codes a run may ask for (ProtocolConfig decides which fit n, s); the maskings
+#: are the registered schemes (coded_fl.secagg.masking) and "auto"
 _CODES = ("auto", "plain", "polynomial", "repetition")
-_MASKINGS = ("auto", "shares", "aligned")
 
 
 def check_settings(
@@ -139,8 +140,9 @@ def check_settings(
         check_positive_real("scale", scale)
     if code not in _CODES:
         raise ConfigurationError(f"code must be one of {', '.join(_CODES)}, got {code!r}")
-    if masking not in _MASKINGS:
-        raise ConfigurationError(f"masking must be one of {', '.join(_MASKINGS)}, got {masking!r}")
+    maskings = ("auto", *masking_names())
+    if masking not in maskings:
+        raise ConfigurationError(f"masking must be one of {', '.join(maskings)}, got {masking!r}")
     return max_delta_scale
 
 

@@ -18,7 +18,7 @@ from coded_fl.codes.repetition import GroupCode
 from coded_fl.errors import ConfigurationError, RemoteProtocolError
 from coded_fl.field import PrimeField
 from coded_fl.quantize import QuantizationConfig, check_clip_range, check_positive_real
-from coded_fl.secagg.aligned import mask_graph
+from coded_fl.secagg.masking import MaskingScheme, resolve
 from coded_fl.secagg.sharing import MaskSharing
 
 __all__ = ["ProtocolConfig"]
@@ -71,11 +71,12 @@ class ProtocolConfig:
         Distinguishes two protocol sessions of the same run (e.g. two ``start`` calls): part
         of the digest and of every key, so a silo starts afresh (new keys, round counter).
     masking
-        ``"shares"`` (LightSecAgg-style secret-shared masks, two round trips per round),
-        ``"aligned"`` (group-aligned masks, one round trip once the edge keys are dealt;
-        the repetition code only: :mod:`coded_fl.secagg.aligned`), or ``"auto"``: aligned
-        where the code is the repetition code (``code="auto"`` picks it), shares otherwise
-        (:attr:`masking_used` says which).
+        A registered masking scheme (:mod:`coded_fl.secagg.masking`): ``"shares"``
+        (LightSecAgg-style secret-shared masks, two round trips per round), ``"aligned"``
+        (group-aligned masks, one round trip once the edge keys are dealt; the repetition code
+        only: :mod:`coded_fl.secagg.aligned`), or ``"auto"``: aligned where the code is the
+        repetition code (``code="auto"`` picks it), shares otherwise (:attr:`masking_used`
+        says which, :attr:`scheme` is the scheme).
     """
 
     num_silos: int
@@ -147,22 +148,7 @@ class ProtocolConfig:
                 f"code={self.code!r} is approximate; secure aggregation needs an exact code: "
                 "use code='auto', 'polynomial' or 'repetition'"
             )
-        if self.masking not in ("shares", "aligned", "auto"):
-            raise ConfigurationError(
-                f"masking must be 'shares', 'aligned' or 'auto', got {self.masking!r}"
-            )
-        used = self.masking
-        if used == "auto":
-            used = "aligned" if isinstance(code, GroupCode) else "shares"
-        edges: tuple[tuple[int, int], ...] = ()
-        if used == "aligned":
-            if not isinstance(code, GroupCode):
-                raise ConfigurationError(
-                    f"masking='aligned' needs the repetition code (code='auto' picks it when "
-                    f"it exists, or code='repetition'); code={code.kind!r} mixes replicas: use "
-                    "masking='shares'"
-                )
-            edges = mask_graph(len(code.groups), t)
+        scheme, edges = resolve(self.masking, code, t)
         if self.scale is None:
             quant = QuantizationConfig.for_summands(
                 code.K,
@@ -187,7 +173,7 @@ class ProtocolConfig:
             sharing=sharing,
             U=u,
             edges=edges,
-            masking=used,
+            scheme=scheme,
         )
 
     # ------------------------------------------------------------------ derived objects
@@ -232,14 +218,20 @@ class ProtocolConfig:
         return code
 
     @property
+    def scheme(self) -> MaskingScheme:
+        """The masking scheme :attr:`masking` selects (:mod:`coded_fl.secagg.masking`)."""
+        return self._derived["scheme"]
+
+    @property
     def masking_used(self) -> str:
-        """``"shares"`` or ``"aligned"``: :attr:`masking` with ``"auto"`` resolved."""
-        return self._derived["masking"]
+        """The scheme's name: :attr:`masking` with ``"auto"`` resolved."""
+        return self.scheme.name
 
     @property
     def aligned(self) -> bool:
-        """Whether rounds use group-aligned masks once the edge keys are dealt."""
-        return self.masking_used == "aligned"
+        """Whether the silos deal and hold mask-graph edge keys (``masking="aligned"``: rounds
+        use group-aligned masks once the keys are dealt)."""
+        return self.scheme.edge_keys
 
     @property
     def U(self) -> int:

@@ -77,7 +77,7 @@ class TrainPhase(MachineCore):
                 sender=SERVER,
             )
         edge_keys, deal = self._edge_requests(cfg, silo, msg, roster)
-        if msg.aligned:
+        if msg.aligned and cfg.aligned:
             missing = [
                 e
                 for e, _ in incident(cfg.mask_edges, cfg.group_code.group_of(silo))
@@ -153,11 +153,8 @@ class TrainPhase(MachineCore):
         dealer and a recipient that are members of the edge's two groups and in the roster.
         A server cannot have a key sealed to a silo outside the edge (that silo could then
         unmask a group). Nothing changes here; the caller commits."""
+        cfg.scheme.check_request(msg)
         if not cfg.aligned:
-            if msg.aligned or msg.edge_keys or msg.deal:
-                raise RemoteProtocolError(
-                    "group-mask fields in a run without masking='aligned'", sender=SERVER
-                )
             return self.edge_keys, ()
         groups = cfg.group_code.groups
         edges = set(cfg.mask_edges)

@@ -81,11 +81,7 @@ class UploadPhase(SealingCore):
             (q, h, edge_tag(key, run_id=cfg.run_bytes, edge=(q, h)))
             for (q, h), key in sorted(edge_keys.items())
         )
-        if task.aligned:
-            masked = self._aligned_upload(cfg, silo, task, partials, bytes(model_digest))
-            shared: dict[str, Any] = {}
-        else:
-            masked, shared = self._shared_upload(cfg, silo, task, partials, bytes(model_digest))
+        masked, shared = cfg.scheme.upload(self, cfg, task, partials, bytes(model_digest))
         # The recovery needs no per-round state but the inputs digest (a node that processes
         # two messages at once, as Flower's simulation engine does, could overwrite it with a
         # stale copy: the adapter keeps a copy of the uploads outside the state and gives it
@@ -129,16 +125,34 @@ class UploadPhase(SealingCore):
             boxes.append((recipient, q, h, box))
         return keys, tuple(boxes)
 
-    def _shared_upload(
+    def shared_upload(
         self,
         cfg: ProtocolConfig,
-        silo: int,
         task: TrainTask,
         partials: Sequence[torch.Tensor],
         model_digest: bytes,
     ) -> tuple[torch.Tensor, dict[str, Any]]:
         """The coded update under a secret-shared mask, and the Upload's share fields: the
-        context, the derived shares' tags and the sealed shares."""
+        context, the derived shares' tags and the sealed shares (``masking="shares"``, and
+        ``"aligned"`` until the edge keys are dealt).
+
+        Parameters
+        ----------
+        cfg
+            The run's configuration.
+        task
+            The round's task.
+        partials
+            One float tensor per partition of the task.
+        model_digest
+            The digest of the training inputs (in every share's key agreement).
+
+        Returns
+        -------
+        (torch.Tensor, dict)
+            The masked vector and the Upload's ``shares``, ``context`` and ``tags``.
+        """
+        silo = task.silo
         sharing = cfg.sharing
         nonce = self._entropy(NONCE_BYTES)
         if not isinstance(nonce, bytes) or len(nonce) != NONCE_BYTES:
@@ -160,7 +174,7 @@ class UploadPhase(SealingCore):
         values = torch.from_numpy(rows)
         others = tuple(j for j in members if j not in derived)
         mask, shares = sharing.complete(derived, values, others)
-        masked = self._encode(cfg, task, partials, mask)
+        masked = self.encode(cfg, task, partials, mask)
         sealed = []
         for row, j in enumerate(others):
             ephemeral, secret = self._sender_secret(
@@ -178,16 +192,34 @@ class UploadPhase(SealingCore):
             sealed.append((j, self._entry(cfg, j, task.round, SEALED, context, ephemeral, box)))
         return masked, {"shares": tuple(sealed), "context": context, "tags": tuple(tags)}
 
-    def _aligned_upload(
+    def group_upload(
         self,
         cfg: ProtocolConfig,
-        silo: int,
         task: TrainTask,
         partials: Sequence[torch.Tensor],
         model_digest: bytes,
     ) -> torch.Tensor:
         """The coded update under the group mask r_i zeta_q (no shares: they cancel in the
-        decode for every survivor set), bound to the request and the model."""
+        decode for every survivor set), bound to the request and the model
+        (``masking="aligned"`` once the edge keys are dealt).
+
+        Parameters
+        ----------
+        cfg
+            The run's configuration.
+        task
+            The round's task (a group-masked round's).
+        partials
+            One float tensor per partition of the task.
+        model_digest
+            The digest of the training inputs (in the masks' context).
+
+        Returns
+        -------
+        torch.Tensor
+            The masked vector.
+        """
+        silo = task.silo
         streams = group_mask_streams(
             self.edge_keys,
             cfg.mask_edges,
@@ -198,9 +230,9 @@ class UploadPhase(SealingCore):
             context=mask_context(task.request, model_digest),
             scale=task.coefficients[0],
         )
-        return self._encode(cfg, task, partials, None, mask_streams=streams)
+        return self.encode(cfg, task, partials, None, mask_streams=streams)
 
-    def _encode(
+    def encode(
         self,
         cfg: ProtocolConfig,
         task: TrainTask,
@@ -210,7 +242,27 @@ class UploadPhase(SealingCore):
         mask_streams: Sequence[tuple[bytes, int]] | None = None,
     ) -> torch.Tensor:
         """Quantize, encode with the silo's code row and add ``mask`` (or the mask made of
-        ``mask_streams``): one fused pass."""
+        ``mask_streams``): one fused pass (what a masking scheme's upload calls).
+
+        Parameters
+        ----------
+        cfg
+            The run's configuration.
+        task
+            The round's task (code row, rounding keys).
+        partials
+            One float tensor per partition of the task.
+        mask
+            The mask to add (uint32 field elements of the vector's length), or None.
+        mask_streams
+            Instead of ``mask``: ``(seed, coefficient)`` pairs whose streams make the mask
+            (:func:`coded_fl.pipeline.encode_upload`).
+
+        Returns
+        -------
+        torch.Tensor
+            The masked, coded vector.
+        """
         return encode_upload(
             [g.reshape(-1) for g in partials],
             list(task.coefficients),

@@ -46,7 +46,7 @@ class CollectPhase(MachineCore):
         cfg = self.config
         roster = tuple(sorted(self.roster.items()))
         credentials = self._credentials_of([s for s, _ in roster])
-        aligned = cfg.aligned and self.edges_ready
+        aligned = cfg.scheme.round_cancels(self)  # the round's masks cancel in the decode
         deal = self._deal_plan(number) if cfg.aligned else {}
         self._round = RoundState(number, barred=self._bar_next | self.excluded, aligned=aligned)
         self._round.deal = {s: frozenset(d) for s, d in deal.items()}

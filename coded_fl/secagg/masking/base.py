@@ -1,0 +1,148 @@
+"""What a masking scheme is to the machines: one object per scheme, found by name in the
+registry (:mod:`coded_fl.secagg.masking`).
+
+A scheme decides three things, and nothing else in the machines depends on which scheme runs:
+
+- **configuration** (:meth:`MaskingScheme.setup`): whether it works with the run's gradient code,
+  and the mask graph's edges whose keys the silos deal (none for most schemes);
+- **the server's round** (:meth:`MaskingScheme.round_cancels`): whether the masks of the round
+  it opens cancel in the decode (no recovery stage, one round trip), or must be recovered
+  from the silos' shares;
+- **the silo's upload** (:meth:`MaskingScheme.upload`): the masked, coded vector and the share
+  fields the Upload carries.
+
+The silo checks the round's claim against the scheme (:meth:`MaskingScheme.check_request`):
+a scheme whose masks never cancel refuses a request that says they do. The edge keys' dealing
+(:mod:`coded_fl.secagg.edge_keys`) runs for a scheme with :attr:`MaskingScheme.edge_keys` set.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import torch
+
+from coded_fl.codes import GradientCode
+from coded_fl.errors import RemoteProtocolError
+from coded_fl.secagg.messages import SERVER, TrainRequest
+
+if TYPE_CHECKING:  # the machines import the registry: no import cycle at run time
+    from coded_fl.secagg.client.state import TrainTask
+    from coded_fl.secagg.client.upload import UploadPhase
+    from coded_fl.secagg.config import ProtocolConfig
+    from coded_fl.secagg.server.collect import CollectPhase
+
+__all__ = ["MaskingScheme"]
+
+
+class MaskingScheme:
+    """One way of masking a round's uploads.
+
+    Attributes
+    ----------
+    name
+        The name ``ProtocolConfig(masking=...)`` selects it by (part of the run's digest).
+    edge_keys
+        Whether its silos deal and hold mask-graph edge keys (the TrainRequest's ``edge_keys``
+        and ``deal``, the Upload's ``dealt`` and ``confirms``).
+    always_cancels
+        Whether every round's masks cancel in the decode (the silo then refuses a request
+        that says otherwise); False where it depends on the round.
+    """
+
+    name: ClassVar[str] = ""
+    edge_keys: ClassVar[bool] = False
+    always_cancels: ClassVar[bool] = False
+
+    def setup(self, code: GradientCode, privacy: int) -> tuple[tuple[int, int], ...]:
+        """Check that the scheme works with ``code``; the mask graph's edges, if it has one.
+
+        Parameters
+        ----------
+        code
+            The run's gradient code.
+        privacy
+            T, the colluding silos tolerated.
+
+        Returns
+        -------
+        tuple[tuple[int, int], ...]
+            The edges whose keys the silos deal (empty: none).
+
+        Raises
+        ------
+        ConfigurationError
+            If the scheme cannot mask a run with this code, saying what to change.
+        """
+        return ()
+
+    def round_cancels(self, machine: CollectPhase) -> bool:
+        """Whether the round the server opens now is masked so that the masks cancel.
+
+        Parameters
+        ----------
+        machine
+            The server machine about to open the round.
+
+        Returns
+        -------
+        bool
+        """
+        return self.always_cancels
+
+    def check_request(self, msg: TrainRequest) -> None:
+        """Refuse a TrainRequest whose masking fields this scheme cannot have sent.
+
+        Parameters
+        ----------
+        msg
+            The request (its other fields are checked by the machine).
+
+        Raises
+        ------
+        RemoteProtocolError
+            Blamed on the server.
+        """
+        if not self.edge_keys and (msg.edge_keys or msg.deal):
+            raise RemoteProtocolError(
+                f"edge-key fields in a run with masking={self.name!r}", sender=SERVER
+            )
+        if not self.edge_keys and msg.aligned != self.always_cancels:
+            raise RemoteProtocolError(
+                f"the request says the round's masks {'do' if msg.aligned else 'do not'} "
+                f"cancel; with masking={self.name!r} they "
+                f"{'always' if self.always_cancels else 'never'} do",
+                sender=SERVER,
+            )
+
+    def upload(
+        self,
+        machine: UploadPhase,
+        cfg: ProtocolConfig,
+        task: TrainTask,
+        partials: Sequence[torch.Tensor],
+        model_digest: bytes,
+    ) -> tuple[torch.Tensor, dict[str, Any]]:
+        """The silo's masked, coded vector for ``task`` and the Upload's share fields.
+
+        Parameters
+        ----------
+        machine
+            The silo's machine (its keys, its encoder).
+        cfg
+            The run's configuration.
+        task
+            The round's task (``task.aligned``: the server said the masks cancel).
+        partials
+            One float tensor per partition of the task.
+        model_digest
+            The digest of the training inputs the masks are bound to.
+
+        Returns
+        -------
+        (torch.Tensor, dict)
+            The masked vector, and the Upload's ``shares``, ``context`` and ``tags`` (empty
+            where the masks cancel).
+        """
+        raise NotImplementedError(f"masking {self.name!r} does not define its upload")
