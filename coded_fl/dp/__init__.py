@@ -10,10 +10,13 @@ decoded sum carries the central noise and the server never sees an un-noised sum
 - :mod:`coded_fl.dp.noise`: each group's share of the noise and the keyed AES-CTR sampler;
 - :mod:`coded_fl.dp.keys`: a group's noise key, from the aligned masks' edge keys at it;
 - :mod:`coded_fl.dp.accounting`: the Skellam mechanism's RDP, composed over rounds and converted
-  with Google's ``dp-accounting``.
+  with Google's ``dp-accounting``;
+- :mod:`coded_fl.dp.pipeline`: one round on integers, end to end (a partition's update
+  privatized, a group's noisy sum, the server's release), with a rotation that keeps d.
 
-Not wired into the round yet: ``docs/privacy.md`` says what remains (the edge keys dealt
-before round 1, the client pipeline, the benchmark).
+Not wired into the machines and the adapters yet: ``docs/privacy.md`` says what remains (the
+edge keys dealt before round 1, the machines and adapters calling the pipeline, the
+benchmark).
 """
 
 try:

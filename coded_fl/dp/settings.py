@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from coded_fl.dp.accounting import epsilon_of, rounded_sensitivity
 from coded_fl.dp.noise import group_mu
-from coded_fl.dp.transform import padded_size
+from coded_fl.dp.transform import block_rotation_size
 from coded_fl.errors import ConfigurationError
 
 __all__ = ["DPPlan", "DistributedDP"]
@@ -167,10 +167,11 @@ class DistributedDP:
         mu = (self.noise_multiplier * c) ** 2 / 2.0
         mu_group = group_mu(mu, groups=groups, colluders=colluders)
         total_var = 2.0 * mu_group * groups
-        m = padded_size(d)
-        # after the rotation every coordinate of a norm-l2 vector is sub-Gaussian with scale
-        # l2 / sqrt(m); a union bound over the coordinates and partitions at 1e-9
-        coord = l2 * math.sqrt(2.0 * math.log(2.0 * m * partitions / 1e-9) / m)
+        b = block_rotation_size(d)
+        # after the rotation (coded_fl.dp.transform.rotate: blocks of b > d / 2) every
+        # coordinate of a norm-l2 vector is sub-Gaussian with scale l2 / sqrt(b); a union bound
+        # over the d coordinates and the partitions at 1e-9
+        coord = l2 * math.sqrt(2.0 * math.log(2.0 * d * partitions / 1e-9) / b)
         bound = partitions * coord + _TAIL_SIGMAS * math.sqrt(total_var)
         if bound >= modulus / 2:
             raise ConfigurationError(

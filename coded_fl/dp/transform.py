@@ -2,12 +2,15 @@
 conditional randomized rounding to integers (issue 33, item 2).
 
 - **Clipping** to L2 norm ``clip`` (model units): the sensitivity the accounting uses.
-- **Rotation**: a randomized Hadamard transform x -> H D x / sqrt(m) (D random signs from a
-  public seed, x zero-padded to m = 2^k >= d). It is orthogonal, so norms and the sensitivity
-  are unchanged, and linear, so the server rotates the decoded sum back. It spreads a vector of
-  norm c evenly: every coordinate is then about c / sqrt(m), so the field's range is not spent
-  on one large coordinate and a modular wrap is rare
-  (:meth:`coded_fl.dp.settings.DistributedDP.plan` bounds it).
+- **Rotation** (:func:`rotate`), keeping the length d: a randomized Hadamard transform
+  H D1 / sqrt(b) on the first b coordinates, then H D2 / sqrt(b) on the last b, b the largest
+  power of two <= d (the blocks overlap unless d is a power of two; D1, D2 random signs from a
+  public seed per round). Both are orthogonal, so the composition is: norms and the
+  sensitivity are unchanged; and it is linear, so the server rotates the decoded sum back
+  (:func:`unrotate`). A vector of norm c leaves every coordinate sub-Gaussian with scale
+  c / sqrt(b), b > d / 2, so the field's range is not spent on one large coordinate and a
+  modular wrap is rare (:meth:`coded_fl.dp.settings.DistributedDP.plan` bounds it). Padding to
+  2^k >= d instead would change d, and with it the protocol's whole layout.
 - **Randomized rounding** (:func:`round_randomized`, what a run uses): each coordinate to one
   of its two neighbouring integers, unbiased, from the partition's rounding key. Replicas of a
   partition computed on machines whose floats drift apart then round apart only at the few
@@ -18,10 +21,10 @@ conditional randomized rounding to integers (issue 33, item 2).
   whole vector, so a drift of one coordinate can make two replicas keep different draws and
   disagree everywhere (``tests/unit/test_dp_core.py`` shows both).
 
->>> x = np.array([3.0, -4.0, 0.0])
+>>> x = np.array([3.0, -4.0, 0.0, 12.0, 0.0])
 >>> y = rotate(x, seed=7)
->>> bool(np.isclose(np.linalg.norm(y), 5.0)), bool(np.allclose(unrotate(y, d=3, seed=7), x))
-(True, True)
+>>> y.shape, bool(np.isclose(np.linalg.norm(y), 13.0)), bool(np.allclose(unrotate(y, seed=7), x))
+((5,), True, True)
 """
 
 from __future__ import annotations
@@ -33,8 +36,8 @@ import numpy as np
 from coded_fl.errors import ConfigurationError, InputError
 
 __all__ = [
+    "block_rotation_size",
     "clip_l2",
-    "padded_size",
     "rotate",
     "round_conditionally",
     "round_randomized",
@@ -42,22 +45,22 @@ __all__ = [
 ]
 
 
-def padded_size(d: int) -> int:
-    """The Hadamard size: the smallest power of two >= d.
+def block_rotation_size(d: int) -> int:
+    """b, the Hadamard block of :func:`rotate`: the largest power
+    of two <= d.
 
     Parameters
     ----------
     d
-        The number of coordinates (>= 1).
+        The vector length (>= 1).
 
     Returns
     -------
     int
-        m = 2^k >= d.
     """
     if d < 1:
         raise InputError(f"d must be >= 1, got {d}")
-    return 1 << (d - 1).bit_length()
+    return 1 << (d.bit_length() - 1)
 
 
 def _fwht(a: np.ndarray) -> np.ndarray:
@@ -75,37 +78,43 @@ def _signs(m: int, seed: int) -> np.ndarray:
     return (1 - 2 * bits).astype(np.float64)
 
 
+def _block_seeds(seed: int) -> tuple[int, int]:
+    return (2 * seed) % 2**63, (2 * seed + 1) % 2**63
+
+
 def rotate(x: np.ndarray, *, seed: int) -> np.ndarray:
-    """H D x / sqrt(m), x zero-padded to m = :func:`padded_size` (d).
+    """The orthogonal rotation of a length-d vector that keeps d: H D1 on the first b
+    coordinates, then H D2 on the last b (each divided by sqrt(b)).
 
     Parameters
     ----------
     x
-        A float vector.
+        A float vector of length d.
     seed
-        The public seed of the signs D (the same for every silo of a round).
+        The round's public seed of the signs D1, D2.
 
     Returns
     -------
     numpy.ndarray
-        The rotated vector, length m, float64.
+        Length d, float64.
     """
-    x = np.asarray(x, dtype=np.float64).ravel()
-    m = padded_size(x.size)
-    a = np.zeros(m)
-    a[: x.size] = x
-    return _fwht(a * _signs(m, seed)) / math.sqrt(m)
+    y = np.array(x, dtype=np.float64).ravel()
+    d = y.size
+    b = block_rotation_size(d)
+    s1, s2 = _block_seeds(seed)
+    y[:b] = _fwht(y[:b] * _signs(b, s1)) / math.sqrt(b)
+    if b < d:
+        y[d - b :] = _fwht(y[d - b :] * _signs(b, s2)) / math.sqrt(b)
+    return y
 
 
-def unrotate(y: np.ndarray, *, d: int, seed: int) -> np.ndarray:
-    """The inverse of :func:`rotate` (D H y / sqrt(m), the first d coordinates).
+def unrotate(y: np.ndarray, *, seed: int) -> np.ndarray:
+    """The inverse of :func:`rotate` (its transpose).
 
     Parameters
     ----------
     y
-        A rotated vector (length m).
-    d
-        The original length.
+        A rotated vector of length d.
     seed
         The seed :func:`rotate` used.
 
@@ -114,11 +123,14 @@ def unrotate(y: np.ndarray, *, d: int, seed: int) -> np.ndarray:
     numpy.ndarray
         Length d, float64.
     """
-    y = np.asarray(y, dtype=np.float64).ravel()
-    m = y.size
-    if m != padded_size(d):
-        raise InputError(f"a rotated vector of length {m} is not of a {d}-vector")
-    return (_fwht(y.copy()) / math.sqrt(m) * _signs(m, seed))[:d]
+    x = np.array(y, dtype=np.float64).ravel()
+    d = x.size
+    b = block_rotation_size(d)
+    s1, s2 = _block_seeds(seed)
+    if b < d:
+        x[d - b :] = _fwht(x[d - b :]) / math.sqrt(b) * _signs(b, s2)
+    x[:b] = _fwht(x[:b]) / math.sqrt(b) * _signs(b, s1)
+    return x
 
 
 def clip_l2(x: np.ndarray, clip: float) -> tuple[np.ndarray, float]:
