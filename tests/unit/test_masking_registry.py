@@ -80,7 +80,7 @@ def test_the_registry_holds_the_schemes_and_auto_is_resolved_in_one_place():
     with pytest.raises(ConfigurationError, match="new name"):
         register(Unmasked())  # a second scheme under a taken name
     with pytest.raises(ConfigurationError, match="new name"):
-        register(type("Auto", (MaskingScheme,), {"name": "auto"})())
+        register(type("Auto", (Unmasked,), {"name": "auto"})())
 
 
 def test_a_new_scheme_runs_rounds_through_the_unchanged_machines():

@@ -18,6 +18,7 @@ a scheme whose masks never cancel refuses a request that says they do. The edge 
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -36,7 +37,7 @@ if TYPE_CHECKING:  # the machines import the registry: no import cycle at run ti
 __all__ = ["MaskingScheme"]
 
 
-class MaskingScheme:
+class MaskingScheme(ABC):
     """One way of masking a round's uploads.
 
     Attributes
@@ -116,6 +117,7 @@ class MaskingScheme:
                 sender=SERVER,
             )
 
+    @abstractmethod
     def upload(
         self,
         machine: UploadPhase,
@@ -145,4 +147,3 @@ class MaskingScheme:
             The masked vector, and the Upload's ``shares``, ``context`` and ``tags`` (empty
             where the masks cancel).
         """
-        raise NotImplementedError(f"masking {self.name!r} does not define its upload")
