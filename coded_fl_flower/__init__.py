@@ -7,13 +7,12 @@ The installed wheel holds the adapters as subpackages of this one,
 ``coded_fl_flower/clients/`` (ClientApp: :func:`coded_secagg_mod`, :func:`register_shuffle`),
 and no top-level ``strategies`` or ``clients`` that could shadow a project's own modules. In the
 source tree they are the folders ``strategies/`` and ``clients/`` beside this package (the
-layout the project keeps), imported under those names only (the public names below are
-imported on first use). Each adapter module therefore has
+layout the project keeps), imported under those names only. Each adapter module therefore has
 exactly one import path where it lives (``strategies.run`` in the source tree,
 ``coded_fl_flower.strategies.run`` in the wheel), so no module is ever loaded twice as two
-copies whose classes differ; this package re-exports the same public API from either, and
-``import coded_fl_flower.strategies`` works in the wheel only. The framework-free core stays
-``coded_fl``.
+copies whose classes differ. This package re-exports the same public API from either,
+importing each name on first use, and ``import coded_fl_flower.strategies`` works in the wheel
+only. The framework-free core stays ``coded_fl``.
 """
 
 from __future__ import annotations

@@ -46,8 +46,7 @@ __all__ = [
 
 
 def block_rotation_size(d: int) -> int:
-    """b, the Hadamard block of :func:`rotate`: the largest power
-    of two <= d.
+    """b, the Hadamard block of :func:`rotate`: the largest power of two <= d.
 
     Parameters
     ----------
@@ -78,8 +77,14 @@ def _signs(m: int, seed: int) -> np.ndarray:
     return (1 - 2 * bits).astype(np.float64)
 
 
-def _block_seeds(seed: int) -> tuple[int, int]:
-    return (2 * seed) % 2**63, (2 * seed + 1) % 2**63
+def _blocks(d: int, seed: int) -> list[tuple[slice, np.ndarray]]:
+    """The rotation's steps in order: (coordinates, signs) of H D1 on the first b coordinates,
+    then of H D2 on the last b (when b < d); every step is divided by sqrt(b)."""
+    b = block_rotation_size(d)
+    steps = [(slice(0, b), _signs(b, (2 * seed) % 2**63))]
+    if b < d:
+        steps.append((slice(d - b, d), _signs(b, (2 * seed + 1) % 2**63)))
+    return steps
 
 
 def rotate(x: np.ndarray, *, seed: int) -> np.ndarray:
@@ -99,17 +104,13 @@ def rotate(x: np.ndarray, *, seed: int) -> np.ndarray:
         Length d, float64.
     """
     y = np.array(x, dtype=np.float64).ravel()
-    d = y.size
-    b = block_rotation_size(d)
-    s1, s2 = _block_seeds(seed)
-    y[:b] = _fwht(y[:b] * _signs(b, s1)) / math.sqrt(b)
-    if b < d:
-        y[d - b :] = _fwht(y[d - b :] * _signs(b, s2)) / math.sqrt(b)
+    for where, signs in _blocks(y.size, seed):
+        y[where] = _fwht(y[where] * signs) / math.sqrt(signs.size)
     return y
 
 
 def unrotate(y: np.ndarray, *, seed: int) -> np.ndarray:
-    """The inverse of :func:`rotate` (its transpose).
+    """The inverse of :func:`rotate`: its transpose, D H / sqrt(b) per step, last step first.
 
     Parameters
     ----------
@@ -124,12 +125,8 @@ def unrotate(y: np.ndarray, *, seed: int) -> np.ndarray:
         Length d, float64.
     """
     x = np.array(y, dtype=np.float64).ravel()
-    d = x.size
-    b = block_rotation_size(d)
-    s1, s2 = _block_seeds(seed)
-    if b < d:
-        x[d - b :] = _fwht(x[d - b :]) / math.sqrt(b) * _signs(b, s2)
-    x[:b] = _fwht(x[:b]) / math.sqrt(b) * _signs(b, s1)
+    for where, signs in reversed(_blocks(x.size, seed)):
+        x[where] = _fwht(x[where]) / math.sqrt(signs.size) * signs
     return x
 
 
@@ -209,11 +206,8 @@ def round_conditionally(
     InputError
         If no draw met the bound in ``tries`` (x itself is far beyond the clip).
     """
-    x = np.asarray(x, dtype=np.float64)
-    low = np.floor(x)
-    frac = x - low
     for _ in range(tries):
-        out = (low + (rng.random(x.shape) < frac)).astype(np.int64)
+        out = round_randomized(x, rng=rng)
         if float(np.dot(out, out)) <= bound_sq:
             return out
     raise InputError(

@@ -38,7 +38,8 @@ from hypothesis import strategies as st
 from clients import coded_secagg_mod
 from coded_fl.errors import ConfigurationError
 from coded_fl.secagg.messages import HEADER_BYTES, peek_header
-from coded_fl.vocabulary import FRAME_ARRAY, MSG_KEY, frame, read_frame
+from coded_fl.vocabulary import FRAME_ARRAY, MSG_KEY, read_frame
+from coded_fl_flower.records import framed_record
 from strategies import CodedSecAgg
 from tests.fuzz import examples, tally
 from tests.fuzz.ends import flower_runtime
@@ -154,7 +155,7 @@ class FuzzGrid(FakeGrid):
         for f in todo:
             if f.target == "request":
                 new, label = mutate(raw, f.how, random.Random(f.seed))
-                msg.content[MSG_KEY] = ArrayRecord({FRAME_ARRAY: Array(frame(new))})
+                msg.content[MSG_KEY] = framed_record([new])
                 self.done.append((f, f"request:{label}"))
         try:
             reply = self.inner(msg, ctx)
@@ -189,7 +190,7 @@ class FuzzGrid(FakeGrid):
                 new = rng.choice(others) if others else got
             else:
                 new, label = mutate(got, f.how, rng)
-            reply.content[MSG_KEY] = ArrayRecord({FRAME_ARRAY: Array(frame(new))})
+            reply.content[MSG_KEY] = framed_record([new])
             self.done.append((f, f"reply:{label}"))
         return reply
 
