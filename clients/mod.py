@@ -44,6 +44,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import torch
 from flwr.app import (
     ConfigRecord,
     Context,
@@ -65,7 +66,7 @@ from coded_fl.secagg.client import (
 from coded_fl.secagg.messages import KeyRequest, Limits, TrainRequest, peek_header
 from coded_fl.secagg.messages import Message as ProtocolMessage
 from coded_fl.secagg.policy import ClientPolicy
-from coded_fl.secagg.silo import UploadLog, partition_seed
+from coded_fl.secagg.silo import UploadLog, keying_round, partition_seed
 from coded_fl.vocabulary import (
     INFO_KEY,
     METRIC_NAMES_ENTRY,
@@ -233,7 +234,11 @@ def _handle(
             machine.pin_weight_bound(spec.max_weight, auto=spec.auto_weight)
         t0 = time.perf_counter()
         try:
-            partials, names = _train_partitions(msg, context, call_next, out, machine, spec)
+            if keying_round(machine.config, out):  # type: ignore[arg-type]
+                # distributed DP's keying round: no training, zeros (the machine makes them)
+                partials, names = [torch.zeros(0)] * len(out.partitions), None
+            else:
+                partials, names = _train_partitions(msg, context, call_next, out, machine, spec)
         except (WeightBoundError, ConfigurationError) as exc:  # a setting: typed refusals
             # the round is used up before the refusal leaves: asked again, the silo refuses it
             # as a replay, so the server cannot re-ask one round with other bounds (only the

@@ -20,7 +20,9 @@ from flwr.clientapp.typing import ClientAppCallable
 from coded_fl.errors import ConfigurationError, InputError, RemoteProtocolError
 from coded_fl.layout import UpdateLayout, check_same_layout, flatten
 from coded_fl.secagg.client import ClientMachine, TrainTask
+from coded_fl.secagg.config import ProtocolConfig
 from coded_fl.secagg.silo import (
+    dp_partial,
     partition_seed,
     same_metric_names,
     seed_everything,
@@ -94,13 +96,46 @@ def _train_partitions(
                 run_config=context.run_config,
             )
             reply = call_next(msg, sub_ctx)
+            if cfg.dp_plan is not None:  # distributed DP: the clipped, rotated update only
+                partials.append(_dp_partial(reply, model, theta, spec, lay, cfg, task.round, k))
+                continue
             partial, named[k] = _partial(reply, model, theta, spec, lay, cfg.clip_range, k)
             partials.append(partial)
     finally:
         msg.content = original
-    if not spec.metric_slots:
+    if not spec.metric_slots or cfg.dp_plan is not None:
         return partials, None
     return partials, same_metric_names(named)
+
+
+def _dp_partial(
+    reply: Message,
+    model: object,
+    theta: torch.Tensor,
+    spec: TrainSpec,
+    lay: UpdateLayout,
+    cfg: ProtocolConfig,
+    round_: int,
+    k: int,
+) -> torch.Tensor:
+    """Partition k's update under distributed DP: theta_k - theta, unweighted (a weight
+    would reveal the partition's size and scale its update past the clip), clipped to the
+    L2 clip and rotated (:func:`coded_fl.secagg.silo.dp_partial`); no metrics travel."""
+    who = f"the train function (partition {k})"
+    if reply.has_error():
+        raise InputError(f"{who} failed: {reply.error.reason}")
+    content = reply.content
+    if is_legacy_reply(content):
+        content = from_legacy_reply(content, model, spec, who=who)  # type: ignore[arg-type]
+    arrays = content.get(spec.arrays_key)
+    if arrays is None:
+        raise InputError(f"{who} returned no ArrayRecord under '{spec.arrays_key}'")
+    check_same_layout(arrays, model, who=who, integers=lay.integer_names)  # type: ignore[arg-type]
+    trained = flatten(arrays, integers=lay.integer_names)
+    try:
+        return dp_partial(trained - theta, cfg, round_)
+    except InputError as exc:
+        raise InputError(f"{who}: {exc}") from None
 
 
 def _partial(

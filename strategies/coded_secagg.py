@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from flwr.serverapp.strategy import Strategy
 
@@ -36,10 +36,13 @@ from .composable import chain_attr
 from .driver import RoundDriver
 from .report import RoundReport
 from .run import RunState
-from .secagg_checks import check_settings
+from .secagg_checks import check_dp, check_settings
 from .secagg_interface import WrapperInterface
 from .secagg_runs import RunLifecycle
 from .settings import coded_secagg_settings
+
+if TYPE_CHECKING:
+    from coded_fl.dp import DistributedDP
 
 __all__ = ["CodedSecAgg", "RoundReport"]
 
@@ -146,6 +149,18 @@ class CodedSecAgg(RunLifecycle, WrapperInterface):
         where its group's majority agrees is overruled, named and left out of the later
         rounds (``docs/protocol.md``, "Replicas that disagree"). Default 1/16; 0 asks for
         bit-identical replicas.
+    dp
+        Distributed differential privacy (``coded_fl.dp.DistributedDP(noise_multiplier=z,
+        clip=C, delta=...)``; the ``dp`` extra), or None (default). Every partition's update
+        theta_k - theta is clipped to L2 norm C (unweighted: a partition's weight would reveal
+        its size), rotated and rounded at random; every silo group adds a share of Skellam
+        noise inside the field, so the decoded sum carries noise of standard deviation at
+        least z C that the server and any ``privacy_threshold`` colluding silos cannot
+        remove, and the model moves by the noisy mean over the K partitions. Rounds that deal
+        the edge keys first upload zeros (keying rounds, in the round line); the round line
+        and the summary give epsilon at delta (``docs/privacy.md``). Needs the repetition
+        code with aligned masks, at least T + 2 silo groups, no ``metric_keys`` and no
+        ``scale`` (DP sets it); the clip range does not adapt.
     max_aborted_rounds
         Stop the run with :class:`coded_fl.errors.RunAbortedError` after this many rounds in a
         row aborted (the Flower run then ends as failed); 0: never stop.
@@ -198,6 +213,7 @@ class CodedSecAgg(RunLifecycle, WrapperInterface):
         evaluate_timeout: float | None = None,
         poll_interval: float = 0.05,
         progress: Callable[[RoundReport], None] | None = None,
+        dp: DistributedDP | None = None,
     ) -> None:
         self.max_delta_scale = check_settings(
             strategy,
@@ -230,13 +246,15 @@ class CodedSecAgg(RunLifecycle, WrapperInterface):
                 "[coded-fl] privacy_threshold=0: silos refuse it by default (their policy's "
                 "minimum is T >= 1) unless their node config sets codedfl.allow-no-privacy = true"
             )
+        check_dp(dp, metric_keys=metric_keys, scale=scale)
+        self.dp = dp
         self.strategy = strategy
         self.num_stragglers = num_stragglers
         self.privacy_threshold = privacy_threshold
         self.recovery_threshold = recovery_threshold
         self.num_silos = num_silos
         self.clip_range = clip_range
-        self.adaptive_clip = bool(adaptive_clip)
+        self.adaptive_clip = bool(adaptive_clip) and dp is None  # DP clips in L2
         self.clip_quorum = clip_quorum
         self.max_clip_range = clip_range * self.max_delta_scale
         self.scale = scale
@@ -263,7 +281,7 @@ class CodedSecAgg(RunLifecycle, WrapperInterface):
             weight_key=chain_attr(strategy, "weighted_by_key", "num-examples"),
             max_weight=AUTO_WEIGHT_START if max_weight is None else float(max_weight),
             metric_keys=() if metric_keys is None else tuple(metric_keys),
-            metric_slots=AUTO_METRIC_SLOTS if metric_keys is None else 0,
+            metric_slots=AUTO_METRIC_SLOTS if metric_keys is None and dp is None else 0,
             auto_weight=max_weight is None,
         )
         #: the state of the latest run (made fresh by every start())

@@ -40,10 +40,10 @@ from coded_fl.secagg.driver import ProtocolDriver
 from .adaptation import raise_weight_bound, widen_clip_range
 from .exchange import Exchange
 from .membership import Membership
+from .private_rounds import PrivateRounds
 from .replies import FlowerTransport, late_reply
 from .report import RoundReport
 from .roster import RosterGrid
-from .round_attempt import RoundAttempt
 from .round_warnings import CLIP_WARNING as CLIP_WARNING
 from .round_warnings import DISAGREEMENT_WARNING as DISAGREEMENT_WARNING
 from .run import RunSettings, RunState
@@ -69,7 +69,7 @@ def _log_final(result: Result, seconds: float) -> None:
     LOG.info("")
 
 
-class RoundDriver(RoundAttempt):
+class RoundDriver(PrivateRounds):
     """Drives one run of coded secure aggregation over ``grid`` (see the module docstring).
 
     Parameters
@@ -208,6 +208,7 @@ class RoundDriver(RoundAttempt):
         asked, rekeyed = self.membership.renew(r)
         roster_grid = RosterGrid(self.grid, [st.node_of[i] for i in range(st.config.n)])
         st.misconfigured.clear()
+        keying = self.keying_rounds(r, roster_grid, arrays, train_config)
         report = self.train_round(r, roster_grid, arrays, train_config)
         reruns, discarded_trips, discarded_seconds = 0, 0, 0.0
         while (
@@ -230,7 +231,10 @@ class RoundDriver(RoundAttempt):
         if not report.ok:
             self._stop_if_hopeless(report)
         report.rekeyed = rekeyed
-        report.round_trips += int(asked)
+        report.keying_rounds = keying.count
+        report.round_trips += int(asked) + keying.round_trips
+        report.seconds += keying.seconds
+        report.epsilon = self.epsilon()
         report.tolerance = st.config.num_stragglers
         report.keyless = tuple(i for i in range(st.config.n) if i not in st.machine.roster)
         report.unawaited = tuple(sorted(st.silent))

@@ -91,6 +91,13 @@ class RoundReport:
         Protocol round trips in this round: a rekey (if any) + train/upload + recovery.
     rekeyed
         Silos that got new keys before this round (restarted or replaced nodes).
+    keying_rounds
+        With distributed DP: protocol rounds before this one that only dealt the edge keys
+        (the silos uploaded zeros; nothing was released).
+    epsilon
+        With distributed DP: the run's epsilon at the configured delta after this round,
+        counting every noised sum the server could have decoded so far (attempts included);
+        None without DP.
     arrays, train_metrics
         The wrapped strategy's aggregate of this round (None if the round was aborted).
     """
@@ -129,6 +136,8 @@ class RoundReport:
     keyless: tuple[int, ...] = ()
     round_trips: int = 0
     rekeyed: tuple[int, ...] = ()
+    keying_rounds: int = 0
+    epsilon: float | None = None
     arrays: ArrayRecord | None = field(default=None, repr=False)
     train_metrics: MetricRecord | None = field(default=None, repr=False)
 
@@ -149,7 +158,7 @@ class RoundReport:
         if not self.ok:
             return (
                 f"[coded-fl] round {self.round}: ABORTED after {self.seconds:.2f}s, model "
-                f"unchanged: {self.reason}{named}{rekeyed}"
+                f"unchanged: {self.reason}{named}{rekeyed}{self._privacy()}"
             )
         return (
             f"[coded-fl] round {self.round}: used {self.replies_used}/{self.silos} replies, "
@@ -174,8 +183,16 @@ class RoundReport:
             )
             + self._replicas()
             + f", {self.round_trips} round trip{'' if self.round_trips == 1 else 's'}"
+            + self._privacy()
             + f"{rekeyed}{named}"
         )
+
+    def _privacy(self) -> str:
+        """Distributed DP's account (only with DP)."""
+        if self.epsilon is None:
+            return ""
+        keying = f" after {self.keying_rounds} keying round(s)" if self.keying_rounds else ""
+        return f", epsilon {self.epsilon:.3g} so far{keying}"
 
     def _tolerance(self) -> str:
         """The straggler tolerance this round left (only when some of it was used)."""

@@ -66,7 +66,13 @@ class RoundAttempt:
 
     # ------------------------------------------------------------------ one round
     def train_round(
-        self, r: int, roster_grid: RosterGrid, arrays: ArrayRecord, train_config: ConfigRecord
+        self,
+        r: int,
+        roster_grid: RosterGrid,
+        arrays: ArrayRecord,
+        train_config: ConfigRecord,
+        *,
+        keying: bool = False,
     ) -> RoundReport:
         """Train requests to every silo, the first max(n-s, U) uploads, recovery, the sum (the
         protocol's order is :class:`coded_fl.secagg.driver.ProtocolDriver`'s).
@@ -81,6 +87,8 @@ class RoundAttempt:
             The current model.
         train_config
             The round's train config.
+        keying
+            A keying round of a run with distributed DP: its sum (of zeros) is not applied.
 
         Returns
         -------
@@ -133,6 +141,8 @@ class RoundAttempt:
             )
 
         self.transport.train_records = records
+        if st.config.dp_plan is not None and not keying:
+            st.dp_releases += 1  # asked for: the account counts it whatever comes back
         run = self.protocol.run_round(
             r + st.round_offset,
             inputs=digest,
@@ -150,6 +160,9 @@ class RoundAttempt:
         res = run.result
         if res is None or isinstance(res, RoundAborted):
             return self._aborted(report, res or RoundAborted(r, "no outcome"), t0)
+        if keying:  # zeros that dealt the edge keys: nothing to apply
+            report.ok, report.seconds = True, time.monotonic() - t0
+            return report
         return self.apply(report, res, t0, arrays, self.transport.sent_train[0])
 
     def apply(
@@ -180,18 +193,8 @@ class RoundAttempt:
         RoundReport
             report.arrays is the new model when report.ok.
         """
-        st, spec, inner = self.state, self.settings.spec, self.settings.strategy
-        report.replies_used = len(res.survivors)
-        report.stragglers = res.stragglers
-        # uploaded, then dropped from S (accused), or beyond the drift tolerance where their
-        # group had no majority (their coordinates erased: one of them deviates)
-        report.suspects = tuple(sorted({*res.excluded, *res.unresolved}))
-        report.responders = len(res.responders)
-        report.disagreeing, report.corrected = res.disagreeing, res.corrected
-        report.erased, report.off_silos = int(res.erased.numel()), dict(res.located)
-        report.within_tolerance, report.offenders = res.within_tolerance, res.offenders
-        report.excluded = tuple(sorted(st.machine.excluded - set(res.offenders)))
-        warn_disagreement(report, st.layout.length)
+        st, spec = self.state, self.settings.spec
+        self.note_result(report, res)
         K = st.config.gradient_code.K
         try:
             decoded = st.layout.unpack(
@@ -234,24 +237,86 @@ class RoundAttempt:
             spec.weight_key: report.total_weight,
             **named,
         }
+        if not self.hand_on(report, new, metrics, arrays, template, t0):
+            return report
+        report.metrics.update(named)
+        narrow_clip_range(st, self.settings, report, decoded.wide_partitions)
+        report.seconds = time.monotonic() - t0
+        return report
+
+    def hand_on(
+        self,
+        report: RoundReport,
+        new: ArrayRecord,
+        metrics: dict[str, int | float | list[int] | list[float]],
+        arrays: ArrayRecord,
+        template: Message,
+        t0: float,
+    ) -> bool:
+        """Hand the round's new model and metrics to the wrapped strategy's
+        ``aggregate_train`` as one reply standing for all K partitions; its aggregate goes in
+        ``report`` (ok), or the reason it gave none.
+
+        Parameters
+        ----------
+        report
+            The round's report (filled here).
+        new
+            The model after the decoded update.
+        metrics
+            The reply's metrics (the weight key first).
+        arrays
+            The model the round started from (its layout is kept).
+        template
+            A train message of the round (the reply answers it).
+        t0
+            When the round started (monotonic seconds).
+
+        Returns
+        -------
+        bool
+            Whether the wrapped strategy returned arrays.
+        """
+        inner, spec = self.settings.strategy, self.settings.spec
         reply = Message(
             RecordDict({spec.arrays_key: new, "metrics": MetricRecord(metrics)}),
             reply_to=template,
         )
         with one_sum_reply(inner):  # one result standing for all K partitions
             agg_arrays, agg_metrics = inner.aggregate_train(report.round, [reply])
+        report.seconds = time.monotonic() - t0
         if agg_arrays is None:
             report.reason = f"the wrapped {type(inner).__name__}.aggregate_train returned no arrays"
             report.abort_code = AbortCode.INNER_STRATEGY
-            report.seconds = time.monotonic() - t0
-            return report
+            return False
         report.ok = True
         report.arrays = keep_layout(agg_arrays, arrays)
         report.train_metrics = agg_metrics
-        report.metrics.update(named)
-        narrow_clip_range(st, self.settings, report, decoded.wide_partitions)
-        report.seconds = time.monotonic() - t0
-        return report
+        return True
+
+    def note_result(self, report: RoundReport, res: RoundResult) -> None:
+        """The decoded round's figures in ``report``: replies used, stragglers, suspects, the
+        replicas' comparisons; a warning where replicas disagreed.
+
+        Parameters
+        ----------
+        report
+            The round's report (filled here).
+        res
+            The protocol round's decoded result.
+        """
+        st = self.state
+        report.replies_used = len(res.survivors)
+        report.stragglers = res.stragglers
+        # uploaded, then dropped from S (accused), or beyond the drift tolerance where their
+        # group had no majority (their coordinates erased: one of them deviates)
+        report.suspects = tuple(sorted({*res.excluded, *res.unresolved}))
+        report.responders = len(res.responders)
+        report.disagreeing, report.corrected = res.disagreeing, res.corrected
+        report.erased, report.off_silos = int(res.erased.numel()), dict(res.located)
+        report.within_tolerance, report.offenders = res.within_tolerance, res.offenders
+        report.excluded = tuple(sorted(st.machine.excluded - set(res.offenders)))
+        warn_disagreement(report, st.layout.length)
 
     def _label_metrics(self, sums: dict[str, float], survivors: Sequence[int]) -> dict[str, float]:
         """The decoded metrics by name: ``metric_keys`` as they are; metric slots labelled

@@ -121,6 +121,9 @@ class RunState:
     delta_scale
         The delta scale g the rounds use (:attr:`coded_fl.vocabulary.TrainSpec.delta_scale`;
         the effective clip range is g c).
+    dp_releases
+        With distributed DP: the noised protocol rounds the server has asked for (every
+        attempt counts: each could give it a noised sum), which the account composes.
     """
 
     config: ProtocolConfig
@@ -143,6 +146,7 @@ class RunState:
     silent: frozenset[int] = frozenset()
     round_offset: int = 0
     delta_scale: float = 1.0
+    dp_releases: int = 0
 
     def __post_init__(self) -> None:
         self.silo_of = {node: silo for silo, node in self.node_of.items()}

@@ -19,7 +19,7 @@ from coded_fl.vocabulary import MAX_DELTA_SCALE
 
 from .composable import check_composable, check_dp_sampling, legacy_advice
 
-__all__ = ["check_settings", "is_real"]
+__all__ = ["check_dp", "check_settings", "is_real"]
 
 #: The gradient codes a run may ask for (ProtocolConfig decides which fit n, s); the maskings
 #: are the registered schemes (coded_fl.secagg.masking) and "auto"
@@ -221,4 +221,44 @@ def _check_counts(**counts: int | None) -> None:
         raise ConfigurationError(
             f"extra_replies={e} must be in 0..num_stragglers={s}: lower extra_replies to at "
             f"most {s}"
+        )
+
+
+def check_dp(dp: object, *, metric_keys: object, scale: object) -> None:
+    """Refuse a ``dp`` setting that is not a :class:`coded_fl.dp.DistributedDP`, or that
+    comes with settings it cannot keep private (metrics travel beside the update, unclipped
+    and unnoised) or that it sets itself (the quantization scale).
+
+    Parameters
+    ----------
+    dp
+        ``CodedSecAgg(dp=...)``.
+    metric_keys, scale
+        The constructor's settings of those names.
+
+    Raises
+    ------
+    ConfigurationError
+        Naming the setting to change.
+    """
+    if dp is None:
+        return
+    try:
+        from coded_fl.dp import DistributedDP
+    except ImportError as exc:
+        raise ConfigurationError(str(exc)) from None
+    if not isinstance(dp, DistributedDP):
+        raise ConfigurationError(
+            f"dp must be a coded_fl.dp.DistributedDP(noise_multiplier=..., clip=...), got "
+            f"{type(dp).__name__}"
+        )
+    if metric_keys:
+        raise ConfigurationError(
+            "metric_keys with dp: train metrics would be summed without clipping or noise; "
+            "leave metric_keys unset (with dp no train metric is aggregated)"
+        )
+    if scale is not None:
+        raise ConfigurationError(
+            "scale with dp: distributed DP sets the quantization scale (steps_per_clip / "
+            "clip); leave scale=None"
         )

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Strategy
@@ -27,6 +28,9 @@ from .composable import chain_attr, sampled_fraction
 from .report import RoundReport
 from .run import RunSettings
 
+if TYPE_CHECKING:
+    from coded_fl.dp import DistributedDP
+
 __all__ = ["ProtocolView"]
 
 LOG = logging.getLogger("flwr")
@@ -40,6 +44,8 @@ class ProtocolView:
     ----------
     strategy
         The wrapped Flower strategy.
+    dp
+        Distributed DP, or None.
     num_stragglers, privacy_threshold, recovery_threshold, num_silos, clip_range
         The constructor's settings.
     adaptive_clip, clip_quorum, max_clip_range, scale, code, masking, extra_replies
@@ -57,6 +63,7 @@ class ProtocolView:
     """
 
     strategy: Strategy
+    dp: DistributedDP | None
     num_stragglers: int
     privacy_threshold: int
     recovery_threshold: int | None
@@ -116,6 +123,7 @@ class ProtocolView:
             headroom_bits=self.headroom_bits,
             run_id=run_id,
             session=session,
+            dp=self.dp,
         )
 
     def _wait_for_nodes(self, grid: Grid) -> list[int]:

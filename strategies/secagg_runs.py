@@ -174,6 +174,12 @@ class RunLifecycle(ProtocolView):
             integer_names=ints,
             integer_size=element_count(initial_arrays, ints),
         )
+        if self.dp is not None and ints:
+            raise ConfigurationError(
+                f"dp with integer model arrays {list(ints)}: they are summed exactly, without "
+                "clipping or noise; use a model without integer buffers (GroupNorm instead of "
+                "BatchNorm's num_batches_tracked, or drop it from the ArrayRecord)"
+            )
         run_id = f"flwr-run-{getattr(grid.run, 'run_id', 0)}"
         # a fresh session per start(): silos make new keys and restart their round counter
         try:
@@ -198,7 +204,8 @@ class RunLifecycle(ProtocolView):
                 cfg,
                 max_erased_fraction=self.max_erased_fraction,
                 drift_tolerance=self.drift_tolerance,
-                weight_coordinate=lay.weight_index,
+                # with DP the weight coordinate holds no weight (every partition counts 1)
+                weight_coordinate=lay.weight_index if cfg.dp is None else None,
             ),
             node_of=dict(enumerate(nodes)),
             limit=float(timeout),

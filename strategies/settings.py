@@ -18,7 +18,7 @@ from typing import Any
 
 from coded_fl.errors import ConfigurationError
 
-__all__ = ["RUN_CONFIG", "coded_secagg_settings"]
+__all__ = ["DP_RUN_CONFIG", "RUN_CONFIG", "coded_secagg_settings"]
 
 
 def _real(key: str, value: Any, what: str) -> float:
@@ -96,6 +96,35 @@ RUN_CONFIG: dict[str, tuple[str, Callable[[str, Any], Any]]] = {
 }
 
 
+#: run-config keys of distributed DP -> ``DistributedDP`` keyword: one ``dp`` keyword, set
+#: when ``dp-noise-multiplier`` is > 0 (0, the default: no DP; the other two keys are then
+#: ignored).
+DP_RUN_CONFIG: dict[str, str] = {
+    "dp-noise-multiplier": "noise_multiplier",
+    "dp-clip": "clip",
+    "dp-delta": "delta",
+}
+
+
+def _dp(run_config: Mapping[str, Any]) -> Any:
+    """``CodedSecAgg(dp=...)`` from the ``dp-*`` keys (None when the noise multiplier is 0)."""
+    given = {
+        kw: _number(key, run_config[key]) for key, kw in DP_RUN_CONFIG.items() if key in run_config
+    }
+    if not given.get("noise_multiplier"):
+        return None
+    try:
+        from coded_fl.dp import DistributedDP
+    except ImportError as exc:
+        raise ConfigurationError(f"run config dp-noise-multiplier: {exc}") from None
+    if "clip" not in given:
+        raise ConfigurationError(
+            "run config dp-noise-multiplier > 0 needs dp-clip (the L2 norm every "
+            "partition's update is clipped to)"
+        )
+    return DistributedDP(**given)
+
+
 def coded_secagg_settings(run_config: Mapping[str, Any]) -> dict[str, Any]:
     """The ``CodedSecAgg`` keywords that ``run_config`` sets (see :data:`RUN_CONFIG`).
 
@@ -107,7 +136,8 @@ def coded_secagg_settings(run_config: Mapping[str, Any]) -> dict[str, Any]:
     Returns
     -------
     dict[str, Any]
-        Keyword -> value, for the keys present.
+        Keyword -> value, for the keys present (``dp``: a ``DistributedDP`` from the
+        :data:`DP_RUN_CONFIG` keys when ``dp-noise-multiplier`` > 0).
 
     Raises
     ------
@@ -119,4 +149,7 @@ def coded_secagg_settings(run_config: Mapping[str, Any]) -> dict[str, Any]:
         if key in RUN_CONFIG:
             name, read = RUN_CONFIG[key]
             out[name] = read(key, value)
+    dp = _dp(run_config)
+    if dp is not None:
+        out["dp"] = dp
     return out

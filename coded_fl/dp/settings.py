@@ -62,6 +62,12 @@ class DPPlan:
     epsilon_run: float
     rounding: str = "randomized"
 
+    def describe(self) -> str:
+        """The plan's noise and guarantee in words (for a log line)."""
+        return (
+            f"noise std {self.noise_std:.3g} on the sum, epsilon {self.epsilon_round:.3g} per round"
+        )
+
 
 @dataclass(frozen=True)
 class DistributedDP:
@@ -112,6 +118,48 @@ class DistributedDP:
                 continue
             if not (isinstance(v, float) and 0 < v < 1):
                 raise ConfigurationError(f"DistributedDP({name}=...) must be in (0, 1), got {v!r}")
+
+    def describe(self) -> str:
+        """The settings in words (for a log line)."""
+        return f"noise_multiplier={self.noise_multiplier:g} clip={self.clip:g} delta={self.delta:g}"
+
+    def to_dict(self) -> dict[str, float | None]:
+        """The settings as the run's configuration carries them (JSON numbers and nulls)."""
+        return {
+            "noise_multiplier": float(self.noise_multiplier),
+            "clip": float(self.clip),
+            "delta": float(self.delta),
+            "beta": None if self.beta is None else float(self.beta),
+            "steps_per_clip": None if self.steps_per_clip is None else float(self.steps_per_clip),
+        }
+
+    @classmethod
+    def from_dict(cls, entries: object) -> DistributedDP:
+        """Read what :meth:`to_dict` wrote (a peer's JSON).
+
+        Parameters
+        ----------
+        entries
+            A mapping with the keys of :meth:`to_dict` (``beta`` and ``steps_per_clip`` may
+            be left out).
+
+        Returns
+        -------
+        DistributedDP
+
+        Raises
+        ------
+        ConfigurationError
+            If it is not a mapping of those keys, or a value is out of range.
+        """
+        if not isinstance(entries, dict) or not {"noise_multiplier", "clip"} <= set(entries):
+            raise ConfigurationError(
+                "the dp settings must be an object with noise_multiplier and clip"
+            )
+        unknown = set(entries) - {"noise_multiplier", "clip", "delta", "beta", "steps_per_clip"}
+        if unknown:
+            raise ConfigurationError(f"unknown dp settings {sorted(unknown)}")
+        return cls(**entries)
 
     def resolution(self, d: int) -> float:
         """The integers per clip norm for a d-coordinate model: :attr:`steps_per_clip`, or

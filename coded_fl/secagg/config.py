@@ -11,7 +11,7 @@ import hashlib
 import json
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from coded_fl.codes import GradientCode, make_code
 from coded_fl.codes.repetition import GroupCode
@@ -20,6 +20,9 @@ from coded_fl.field import PrimeField
 from coded_fl.quantize import QuantizationConfig, check_clip_range, check_positive_real
 from coded_fl.secagg.masking import MaskingScheme, resolve
 from coded_fl.secagg.sharing import MaskSharing
+
+if TYPE_CHECKING:  # coded_fl.dp needs the 'dp' extra: imported when a run uses it
+    from coded_fl.dp import DistributedDP, DPPlan
 
 __all__ = ["ProtocolConfig"]
 
@@ -77,6 +80,9 @@ class ProtocolConfig:
         only: :mod:`coded_fl.secagg.aligned`), or ``"auto"``: aligned where the code is the
         repetition code (``code="auto"`` picks it), shares otherwise (:attr:`masking_used`
         says which, :attr:`scheme` is the scheme).
+    dp
+        Distributed DP (:class:`coded_fl.dp.DistributedDP`) or None: sets the quantization;
+        needs aligned masks, g >= T + 2 groups (:func:`coded_fl.dp.protocol.dp_quantization`).
     """
 
     num_silos: int
@@ -95,6 +101,7 @@ class ProtocolConfig:
     session: str = ""
     nonfinite: str = "raise"
     masking: str = "shares"
+    dp: DistributedDP | None = None
     _derived: dict[str, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -149,7 +156,12 @@ class ProtocolConfig:
                 "use code='auto', 'polynomial' or 'repetition'"
             )
         scheme, edges = resolve(self.masking, code, t)
-        if self.scale is None:
+        plan = None
+        if self.dp is not None:
+            from coded_fl.dp.protocol import dp_quantization  # the 'dp' extra: only with dp
+
+            quant, plan = dp_quantization(self, code, scheme)
+        elif self.scale is None:
             quant = QuantizationConfig.for_summands(
                 code.K,
                 clip_range=self.clip_range,
@@ -174,6 +186,7 @@ class ProtocolConfig:
             U=u,
             edges=edges,
             scheme=scheme,
+            dp_plan=plan,
         )
 
     # ------------------------------------------------------------------ derived objects
@@ -234,6 +247,20 @@ class ProtocolConfig:
         return self.scheme.edge_keys
 
     @property
+    def dp_plan(self) -> DPPlan | None:
+        """With :attr:`dp`: the run's integer parameters (:class:`coded_fl.dp.DPPlan`)."""
+        return self._derived["dp_plan"]
+
+    @property
+    def sum_bound(self) -> int:
+        """The largest |coordinate| of an honest round's decoded sum in steps (K max|q|; with
+        :attr:`dp` the plan's wrap bound): the server erases a coordinate beyond it."""
+        plan = self.dp_plan
+        if plan is not None:
+            return math.ceil(plan.wrap_bound)
+        return self.quantization.num_summands * self.quantization.max_abs
+
+    @property
     def U(self) -> int:
         """U, the recovery replies needed to unmask (default n - s)."""
         return self._derived["U"]
@@ -291,6 +318,8 @@ class ProtocolConfig:
             "headroom_bits": self.headroom_bits,
             "masking": self.masking,
         }
+        if self.dp is not None:  # absent otherwise: the digests of runs without it stay
+            fields["dp"] = self.dp.to_dict()
         return json.dumps(fields, sort_keys=True, separators=(",", ":")).encode()
 
     @classmethod
@@ -329,12 +358,14 @@ class ProtocolConfig:
         """The configuration in one line (n, s, T, U, K, d, p, code, share size, upload)."""
         m = self.sharing.piece_length
         if self.aligned:
+            plan, z = self.dp_plan, self.dp
+            dp = "" if plan is None or z is None else f" dp: {z.describe()}, {plan.describe()}"
             return (
                 f"n={self.n} s={self.s} T={self.T} K={self.gradient_code.K} "
                 f"d={self.vector_length} p={self.p} code={self.gradient_code.kind} "
                 f"masking=aligned groups={len(self.group_code.groups)} "
                 f"edges={len(self.mask_edges)} upload=1.00x d once the edge keys are dealt "
-                f"(until then shares: {self.upload_elements() / self.vector_length:.2f}x d)"
+                f"(until then shares: {self.upload_elements() / self.vector_length:.2f}x d)" + dp
             )
         return (
             f"n={self.n} s={self.s} T={self.T} U={self.U} K={self.gradient_code.K} "
@@ -355,8 +386,12 @@ def _config_from_json(raw: bytes) -> ProtocolConfig:
         fields = json.loads(raw)
         if not isinstance(fields, dict):
             raise TypeError("not an object")
+        if fields.get("dp") is not None:
+            from coded_fl.dp import DistributedDP
+
+            fields["dp"] = DistributedDP.from_dict(fields["dp"])
         return ProtocolConfig(**fields)
-    except (ValueError, TypeError, ArithmeticError, RecursionError) as exc:
+    except (ValueError, TypeError, ArithmeticError, RecursionError, ImportError) as exc:
         # a peer's JSON: nested past the parser's depth, or values that overflow, too
         raise RemoteProtocolError(
             f"unreadable protocol configuration: {type(exc).__name__}: {exc}"

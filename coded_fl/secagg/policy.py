@@ -59,10 +59,8 @@ off by default, set in the deployment scripts):
 
 from __future__ import annotations
 
-import functools
 import json
 import math
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
@@ -78,6 +76,10 @@ from coded_fl.secagg.identity import (
     load_trusted,
 )
 from coded_fl.secagg.messages import SERVER
+from coded_fl.secagg.node_config import cached as _cached
+from coded_fl.secagg.node_config import flag as _flag
+from coded_fl.secagg.node_config import integer as _int
+from coded_fl.secagg.node_config import number as _number
 from coded_fl.vocabulary import PREFIX
 
 __all__ = ["ALLOW_NO_PRIVACY_KEY", "EXPECTED_SILO_KEY", "MIN_SCALE", "ClientPolicy"]
@@ -93,6 +95,7 @@ MIN_SCALE = 2.0**8
 
 #: Node-config key of the smallest quantization scale accepted.
 _MIN_SCALE_KEY = PREFIX + "min-scale"
+_MIN_NOISE_KEY = PREFIX + "min-noise-multiplier"
 
 #: The minimums that :data:`ALLOW_NO_PRIVACY_KEY` lowers (to 0).
 _PRIVACY_MINIMUMS = ("min_privacy_threshold", "min_scale")
@@ -133,6 +136,11 @@ class ClientPolicy:
     min_scale
         Refuse a quantization scale below this (a finite number >= 0; default
         :data:`MIN_SCALE` = 2^8; 0 accepts any).
+    min_noise_multiplier
+        Refuse a run without distributed DP, or with a lower ``noise_multiplier`` z (a finite
+        number >= 0; default 0: any, DP or not). The silo derives its noise share from the
+        configuration itself (:meth:`coded_fl.dp.DistributedDP.plan`), so a server that asks
+        for less noise than this is refused before any key is made.
     silo
         This node's silo index, if pinned: refuse a key request that assigns another.
     max_silos, max_partitions, max_vector_length
@@ -161,6 +169,7 @@ class ClientPolicy:
     min_silos: int = 1
     min_modulus_bits: int = 2
     min_scale: float = MIN_SCALE
+    min_noise_multiplier: float = 0.0
     silo: int | None = None
     max_silos: int = 256
     max_partitions: int = 1024
@@ -183,6 +192,12 @@ class ClientPolicy:
                 f"min_scale must be a finite number >= 0 (0 accepts any scale), got {m!r}"
             )
         object.__setattr__(self, "min_scale", float(m))
+        z = self.min_noise_multiplier
+        if isinstance(z, bool) or not isinstance(z, (int, float)) or not math.isfinite(z) or z < 0:
+            raise ConfigurationError(
+                f"min_noise_multiplier must be a finite number >= 0 (0: no floor), got {z!r}"
+            )
+        object.__setattr__(self, "min_noise_multiplier", float(z))
         if self.silo is not None and (
             isinstance(self.silo, bool) or not isinstance(self.silo, int) or self.silo < 0
         ):
@@ -224,6 +239,10 @@ class ClientPolicy:
         if _MIN_SCALE_KEY in node_config:
             least = _number(node_config[_MIN_SCALE_KEY], _MIN_SCALE_KEY)
             changes["min_scale"] = max(least, current.min_scale)
+        if _MIN_NOISE_KEY in node_config:  # a floor: raised, never lowered (not even by the
+            # no-privacy opt-out, which concerns T and the scale)
+            least = _number(node_config[_MIN_NOISE_KEY], _MIN_NOISE_KEY)
+            changes["min_noise_multiplier"] = max(least, self.min_noise_multiplier)
         for name, key in _MAX_KEYS.items():  # resource limits: the node config sets them
             if key in node_config:
                 changes[name] = _int(node_config[key], key)
@@ -319,6 +338,16 @@ class ClientPolicy:
                 "true on this silo to accept it",
                 sender=SERVER,
             )
+        z = 0.0 if cfg.dp is None else cfg.dp.noise_multiplier
+        if z < self.min_noise_multiplier:
+            have = "no distributed DP" if cfg.dp is None else f"dp noise_multiplier = {z:g}"
+            raise RemoteProtocolError(
+                f"the server's configuration has {have}, below this silo's minimum "
+                f"min_noise_multiplier={self.min_noise_multiplier:g} (node config "
+                f"{_MIN_NOISE_KEY}): set CodedSecAgg(dp=DistributedDP(noise_multiplier=...)) "
+                "at least that high, or lower the silo's minimum",
+                sender=SERVER,
+            )
         if cfg.p.bit_length() < self.min_modulus_bits:
             raise RemoteProtocolError(
                 f"the server's modulus p={cfg.p} has {cfg.p.bit_length()} bits, below this "
@@ -331,59 +360,3 @@ class ClientPolicy:
                 f"({EXPECTED_SILO_KEY})",
                 sender=SERVER,
             )
-
-
-def _cached(load: Any, raw: object) -> Any:
-    """``load(path)``, read again only when the path's files change (the mod builds the
-    policy for every message)."""
-    key = IDENTITY_KEY_SETTING if load is load_identity else TRUSTED_KEYS_SETTING
-    if not isinstance(raw, str) or not raw:
-        raise ConfigurationError(f"node config {key} must be a path (a string)")
-    try:
-        st = os.stat(raw)
-        stamp = (st.st_mtime_ns, st.st_size, st.st_ino)
-    except OSError as exc:
-        raise ConfigurationError(
-            f"node config {key}: cannot read {raw}: {type(exc).__name__}"
-        ) from None
-    return _load_cached(load, raw, stamp)
-
-
-@functools.lru_cache(maxsize=16)
-def _load_cached(load: Any, path: str, stamp: tuple[int, int, int]) -> Any:
-    return load(path)
-
-
-def _flag(raw: object, key: str) -> bool:
-    """A node-config boolean: a bool, or ``true``/``false`` (any case), ``1``/``0``."""
-    if isinstance(raw, bool):
-        return raw
-    text = str(raw).strip().lower()
-    if text in ("true", "1"):
-        return True
-    if text in ("false", "0"):
-        return False
-    raise ConfigurationError(f"node config {key}={raw!r}: expected true or false")
-
-
-def _number(raw: object, key: str) -> float:
-    """A node-config number >= 0 (an int, a float or their text; not a bool)."""
-    try:
-        if isinstance(raw, bool):
-            raise ValueError
-        value = float(str(raw))
-    except ValueError:
-        raise ConfigurationError(f"node config {key}={raw!r}: expected a number") from None
-    if not math.isfinite(value) or value < 0:
-        raise ConfigurationError(f"node config {key}={raw!r}: expected a finite number >= 0")
-    return value
-
-
-def _int(raw: object, key: str) -> int:
-    try:
-        value = int(str(raw))
-    except ValueError:
-        raise ConfigurationError(f"node config {key}={raw!r}: expected an integer") from None
-    if value < 0:
-        raise ConfigurationError(f"node config {key}={raw!r}: expected an integer >= 0")
-    return value

@@ -99,6 +99,20 @@ def _plain_lines(
     ]
 
 
+def _dp_line(strategy: CodedSecAgg, reports: list[RoundReport]) -> str:
+    """The summary's line of distributed DP (empty without it)."""
+    dp = strategy.dp
+    if dp is None or not reports or reports[-1].epsilon is None:
+        return ""
+    keying = sum(r.keying_rounds for r in reports)
+    return (
+        f"distributed DP: noise_multiplier={dp.noise_multiplier:g}, clip={dp.clip:g}: "
+        f"epsilon {reports[-1].epsilon:.3g} at delta={dp.delta:g} over the run (every partition "
+        f"a privacy unit; the server and any privacy-threshold colluding silos cannot remove "
+        f"the noise), after {keying} keying round(s) that released nothing"
+    )
+
+
 def _warm_up(grid: Grid, n: int, timeout: float) -> tuple[int, float, list[dict[str, Any]]]:
     """Start every node's ClientApp once before anything is timed (simulation: the Ray actors,
     imports, torch and the data). Returns (nodes that answered, seconds, what each answering
@@ -174,6 +188,8 @@ def _round_row(rep: RoundReport) -> dict[str, Any]:
         "suspects": list(rep.suspects),
         "errors": {str(k): v for k, v in rep.errors.items()},
         "clipped_fraction": rep.clipped_fraction,
+        "keying_rounds": rep.keying_rounds,
+        "epsilon": rep.epsilon,
         "accuracy": rep.server_metrics.get("accuracy"),
         "loss": rep.server_metrics.get("loss"),
     }
@@ -347,6 +363,15 @@ def main(grid: Grid, context: Context) -> None:
         ),
         _replica_line(reports),
     ]
+    dp_line = _dp_line(strategy, reports)
+    if dp_line:
+        lines.append(dp_line)
+        report.data["dp"] = {
+            "epsilon": reports[-1].epsilon if reports else None,
+            "delta": strategy.dp.delta if strategy.dp is not None else None,
+            "noise_multiplier": strategy.dp.noise_multiplier if strategy.dp is not None else None,
+            "keying_rounds": sum(r.keying_rounds for r in reports),
+        }
     if shuffled is not None:
         lines += _shuffle_lines(shuffled)
     if plain_mode == "flower":

@@ -12,7 +12,7 @@ import torch
 from coded_fl.crypto import KEY_BYTES, seal
 from coded_fl.errors import InputError, LocalProtocolError, MaskReuseError
 from coded_fl.pipeline import encode_upload
-from coded_fl.prg import SEED_BYTES, MaskStream
+from coded_fl.prg import SEED_BYTES, MaskStream, expand_field_elements
 from coded_fl.secagg.aligned import (
     EDGE_KEY_BYTES,
     edge_tag,
@@ -76,6 +76,8 @@ class UploadPhase(SealingCore):
             raise LocalProtocolError(
                 f"{len(partials)} partial updates for {len(task.partitions)} partitions"
             )
+        if cfg.dp_plan is not None:
+            partials = _dp_partials(cfg, task, partials)
         edge_keys, dealt = self._deal(cfg, silo, task)
         confirms = tuple(
             (q, h, edge_tag(key, run_id=cfg.run_bytes, edge=(q, h)))
@@ -230,7 +232,27 @@ class UploadPhase(SealingCore):
             context=mask_context(task.request, model_digest),
             scale=task.coefficients[0],
         )
-        return self.encode(cfg, task, partials, None, mask_streams=streams)
+        plan = cfg.dp_plan
+        if plan is None:
+            return self.encode(cfg, task, partials, None, mask_streams=streams)
+        # distributed DP: the group's noise share rides on the mask, times the member's code
+        # coefficient r_i as the partitions' sum is (every member draws the same noise)
+        from coded_fl.dp.pipeline import group_noise
+
+        F, d = cfg.field, cfg.vector_length
+        noise = group_noise(
+            self.edge_keys,
+            cfg.group_code.group_of(silo),
+            plan,
+            run_id=cfg.run_bytes,
+            round_=task.round,
+            context=mask_context(task.request, model_digest),
+            size=d,
+        )
+        made = [expand_field_elements(seed, d, cfg.p) for seed, _ in streams]
+        mask = F.lincomb([c for _, c in streams], made, validate=False)
+        mask = F.add(mask, F.mul(F.from_signed(torch.from_numpy(noise)), task.coefficients[0]))
+        return self.encode(cfg, task, partials, mask)
 
     def encode(
         self,
@@ -296,3 +318,23 @@ class UploadPhase(SealingCore):
         keep the inputs digests of those rounds from ``inputs``."""
         self.uploaded = tuple(sorted({*self.uploaded, *rounds}))[-MAX_UNVERIFIED_ROUNDS:]
         self.inputs = {r: inputs[r] for r in self.uploaded if r in inputs}
+
+
+def _dp_partials(
+    cfg: ProtocolConfig, task: TrainTask, partials: Sequence[torch.Tensor]
+) -> list[torch.Tensor]:
+    """What a silo of a run with distributed DP encodes: zeros in a round whose masks do not
+    cancel (a keying round that deals the edge keys: its sum is never applied, and no
+    noise key exists yet), else each partial held to the L2 clip (the adapter clipped and
+    rotated it, :func:`coded_fl.dp.pipeline.prepare`; the rotation keeps the norm, so the
+    machine enforces the sensitivity whatever the adapter did)."""
+    if not task.aligned:
+        return [torch.zeros(cfg.vector_length, dtype=torch.float32) for _ in partials]
+    if len(set(task.coefficients)) != 1:  # pragma: no cover - the group code's rows
+        raise LocalProtocolError("distributed DP needs one code coefficient per silo")
+    clip = float(cfg.quantization.clip_range)
+    out = []
+    for g in partials:
+        norm = float(torch.linalg.vector_norm(g.double()))
+        out.append(g if norm <= clip else g * (clip / norm))
+    return out

@@ -192,7 +192,7 @@ class DecodePhase(MachineCore):
         code (True), the parity checks' location and correction otherwise (False)."""
         cfg = self.config
         quant = cfg.quantization
-        bound = quant.num_summands * quant.max_abs
+        bound = cfg.sum_bound  # K max|q|, plus the noise's tail with distributed DP
         pairs = rnd.pairs
         code = cfg.gradient_code
         if pairs is None or not isinstance(code, GroupCode):
