@@ -66,7 +66,8 @@ from coded_fl.secagg.client import (
 from coded_fl.secagg.messages import KeyRequest, Limits, TrainRequest, peek_header
 from coded_fl.secagg.messages import Message as ProtocolMessage
 from coded_fl.secagg.policy import ClientPolicy
-from coded_fl.secagg.silo import UploadLog, keying_round, partition_seed
+from coded_fl.secagg.private import charge_release, keying_round
+from coded_fl.secagg.silo import UploadLog, partition_seed
 from coded_fl.vocabulary import (
     INFO_KEY,
     METRIC_NAMES_ENTRY,
@@ -102,13 +103,29 @@ def _save(context: Context, machine: ClientMachine) -> None:
 STATE_DIR_ENV = "CODED_FL_STATE_DIR"
 
 
+def _state_dir(context: Context) -> tuple[Path, bool]:
+    """Where this node keeps state outside ``context.state``, and whether the node config or
+    the environment chose it (else a folder shared by every node of the machine)."""
+    root = context.node_config.get("codedfl.state-dir") or os.environ.get(STATE_DIR_ENV)
+    if root:
+        return Path(str(root)), True
+    return Path(tempfile.gettempdir()) / f"coded-fl-{os.getuid()}", False
+
+
 def _upload_log(context: Context) -> UploadLog:
     """This node's upload log: Flower's simulation engine runs a node's messages on several
     actors at once and writes back each one's context when it ends, so a straggler's late train
     can write back a state from before the node's next upload (seen in CI)."""
-    root = context.node_config.get("codedfl.state-dir") or os.environ.get(STATE_DIR_ENV)
-    base = Path(str(root)) if root else Path(tempfile.gettempdir()) / f"coded-fl-{os.getuid()}"
-    return UploadLog(base, int(context.node_id))
+    return UploadLog(_state_dir(context)[0], int(context.node_id))
+
+
+def _ledger(context: Context) -> Path:
+    """This node's privacy ledger (:class:`coded_fl.dp.ledger.PrivacyLedger`): in a state
+    folder the site chose, one per site (a restarted SuperNode may get a new node id; the
+    ledger must outlive it); in the shared default folder, one per node id. The site's
+    ``codedfl.state-dir`` should be durable: the budget is only as long-lived as the file."""
+    root, chosen = _state_dir(context)
+    return root / ("dp-ledger.json" if chosen else f"dp-ledger-{int(context.node_id)}.json")
 
 
 def _limits(machine: ClientMachine, raw: bytes) -> Limits | None:
@@ -167,7 +184,9 @@ def coded_secagg_mod(msg: Message, context: Context, call_next: ClientAppCallabl
     The silo's minimums come from its node config (``codedfl.min-privacy-threshold``,
     ``codedfl.min-mask-pieces``, ``codedfl.min-silos``, ``codedfl.min-modulus-bits``,
     ``codedfl.min-scale``, ``codedfl.max-silos``, ``codedfl.max-partitions``,
-    ``codedfl.max-vector-length``, ``codedfl.expected-silo``); by default a silo refuses
+    ``codedfl.max-vector-length``, ``codedfl.expected-silo``, ``codedfl.min-noise-multiplier``,
+    ``codedfl.max-epsilon``: the node's privacy budget under distributed DP, kept in
+    ``codedfl.state-dir``, ``docs/privacy.md``); by default a silo refuses
     T = 0 and a quantization scale below 2^8 unless its node config sets
     ``codedfl.allow-no-privacy = true``. :func:`make_coded_secagg_mod` sets them in code.
     With ``codedfl.identity-key`` (a path) the silo signs its key-agreement key; with
@@ -234,6 +253,9 @@ def _handle(
             machine.pin_weight_bound(spec.max_weight, auto=spec.auto_weight)
         t0 = time.perf_counter()
         try:
+            spent = charge_release(machine.config, out, policy, _ledger(context))  # type: ignore[arg-type]
+            if spent is not None:
+                info["privacy-spent"] = spent  # the node's own composed epsilon (public)
             if keying_round(machine.config, out):  # type: ignore[arg-type]
                 # distributed DP's keying round: no training, zeros (the machine makes them)
                 partials, names = [torch.zeros(0)] * len(out.partitions), None

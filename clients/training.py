@@ -21,8 +21,8 @@ from coded_fl.errors import ConfigurationError, InputError, RemoteProtocolError
 from coded_fl.layout import UpdateLayout, check_same_layout, flatten
 from coded_fl.secagg.client import ClientMachine, TrainTask
 from coded_fl.secagg.config import ProtocolConfig
+from coded_fl.secagg.private import dp_partial
 from coded_fl.secagg.silo import (
-    dp_partial,
     partition_seed,
     same_metric_names,
     seed_everything,

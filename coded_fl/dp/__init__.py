@@ -12,11 +12,15 @@ decoded sum carries the central noise and the server never sees an un-noised sum
 - :mod:`coded_fl.dp.accounting`: the Skellam mechanism's RDP, composed over rounds and converted
   with Google's ``dp-accounting``;
 - :mod:`coded_fl.dp.pipeline`: one round on integers, end to end (a partition's update
-  privatized, a group's noisy sum, the server's release), with a rotation that keeps d.
+  privatized, a group's noisy sum, the server's release), with a rotation that keeps d, and
+  the pieces the machines call (the round's rotation seed, a partition's clipped and rotated
+  update, a group's noise share);
+- :mod:`coded_fl.dp.protocol`: what ``ProtocolConfig(dp=...)`` implies (the quantization, the
+  plan, the refusals);
+- :mod:`coded_fl.dp.ledger`: a silo's own privacy budget, across runs and sessions.
 
-Not wired into the machines and the adapters yet: ``docs/privacy.md`` says what remains (the
-edge keys dealt before round 1, the machines and adapters calling the pipeline, the
-benchmark).
+The protocol and the adapters use them through ``ProtocolConfig(dp=...)``,
+:mod:`coded_fl.secagg.private` and ``CodedSecAgg(dp=...)`` (``docs/privacy.md``).
 """
 
 try:
@@ -29,6 +33,7 @@ except ImportError as exc:  # pragma: no cover - the test set-up installs the ex
 
 from coded_fl.dp.accounting import calibrate_mu, epsilon_of, rounded_sensitivity, skellam_rdp
 from coded_fl.dp.keys import check_noise_keys, noise_key
+from coded_fl.dp.ledger import PrivacyBudgetError, PrivacyLedger
 from coded_fl.dp.noise import group_mu, skellam
 from coded_fl.dp.settings import DistributedDP, DPPlan
 from coded_fl.dp.transform import (
@@ -42,6 +47,8 @@ from coded_fl.dp.transform import (
 __all__ = [
     "DPPlan",
     "DistributedDP",
+    "PrivacyBudgetError",
+    "PrivacyLedger",
     "calibrate_mu",
     "check_noise_keys",
     "clip_l2",

@@ -29,7 +29,7 @@ True
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 from dp_accounting.rdp.rdp_privacy_accountant import compute_epsilon
@@ -40,6 +40,7 @@ __all__ = [
     "ORDERS",
     "calibrate_mu",
     "epsilon_of",
+    "gaussian_multiplier",
     "rounded_sensitivity",
     "skellam_rdp",
 ]
@@ -200,17 +201,70 @@ def calibrate_mu(
     ConfigurationError
         If ``epsilon`` is not positive, or a parameter is out of range.
     """
+    return _least_noise(
+        lambda mu: epsilon_of(mu, delta=delta, rounds=rounds, l2=l2, l1=l1),
+        epsilon=epsilon,
+        delta=delta,
+        start=1e-6,
+        rtol=rtol,
+    )
+
+
+def _least_noise(
+    eps: Callable[[float], float], *, epsilon: float, delta: float, start: float, rtol: float
+) -> float:
+    """The smallest noise level x (to ``rtol``, erring high) with ``eps(x) <= epsilon``:
+    doubling from 1, then bisection in the log domain (eps falls as x grows)."""
     if not (math.isfinite(epsilon) and epsilon > 0):
         raise ConfigurationError(f"epsilon must be a positive finite number, got {epsilon!r}")
-    lo, hi = 1e-6, 1.0
-    while epsilon_of(hi, delta=delta, rounds=rounds, l2=l2, l1=l1) > epsilon:
+    lo, hi = start, 1.0
+    while eps(hi) > epsilon:
         lo, hi = hi, hi * 4.0
-        if hi > 1e30:
+        if hi > 1e30:  # pragma: no cover - every epsilon > 0 has a finite level
             raise ConfigurationError(f"no noise reaches epsilon={epsilon} (delta={delta})")
     while hi - lo > rtol * hi:
         mid = math.sqrt(lo * hi)
-        if epsilon_of(mid, delta=delta, rounds=rounds, l2=l2, l1=l1) > epsilon:
+        if eps(mid) > epsilon:
             lo = mid
         else:
             hi = mid
     return hi
+
+
+def gaussian_multiplier(*, epsilon: float, delta: float, rounds: int, rtol: float = 1e-4) -> float:
+    """The smallest noise multiplier z (to ``rtol``) of the Gaussian mechanism (standard
+    deviation z times the sensitivity) whose ``rounds`` compositions are (epsilon, delta)-DP,
+    by Google's ``dp-accounting`` (its ``GaussianDpEvent`` and RDP accountant): what central
+    and local DP baselines at the same epsilon add (the ``dp`` benchmark).
+
+    Parameters
+    ----------
+    epsilon, delta
+        The target guarantee over the whole run.
+    rounds
+        The rounds composed (every participant in every round: no sampling).
+    rtol
+        Relative precision of the answer (it errs on the private side).
+
+    Returns
+    -------
+    float
+        z.
+
+    Raises
+    ------
+    ConfigurationError
+        If a parameter is out of range.
+    """
+    from dp_accounting import GaussianDpEvent, SelfComposedDpEvent
+    from dp_accounting.rdp import RdpAccountant
+
+    if not 0 < delta < 1 or not (isinstance(rounds, int) and rounds >= 1):
+        raise ConfigurationError(f"need 0 < delta < 1 and rounds >= 1, got {delta!r}, {rounds!r}")
+
+    def eps(z: float) -> float:
+        acc = RdpAccountant(list(ORDERS))
+        acc.compose(SelfComposedDpEvent(GaussianDpEvent(z), rounds))
+        return float(acc.get_epsilon(delta))
+
+    return _least_noise(eps, epsilon=epsilon, delta=delta, start=1e-3, rtol=rtol)

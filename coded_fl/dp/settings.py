@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from coded_fl.dp.accounting import epsilon_of, rounded_sensitivity
+from coded_fl.dp.accounting import calibrate_mu, epsilon_of, rounded_sensitivity
 from coded_fl.dp.noise import group_mu
 from coded_fl.dp.transform import block_rotation_size
 from coded_fl.errors import ConfigurationError
@@ -118,6 +118,41 @@ class DistributedDP:
                 continue
             if not (isinstance(v, float) and 0 < v < 1):
                 raise ConfigurationError(f"DistributedDP({name}=...) must be in (0, 1), got {v!r}")
+
+    @classmethod
+    def for_epsilon(
+        cls, epsilon: float, *, clip: float, d: int, rounds: int, delta: float = 1e-5
+    ) -> DistributedDP:
+        """The settings whose ``rounds`` noised rounds are (epsilon, delta)-DP for a
+        d-coordinate vector (the protocol's vector length): the noise multiplier from
+        :func:`coded_fl.dp.accounting.calibrate_mu` at the default resolution.
+
+        Parameters
+        ----------
+        epsilon
+            The guarantee over the run.
+        clip
+            The L2 clip.
+        d
+            The protocol's vector length.
+        rounds
+            The noised rounds of the run (keying rounds release nothing and do not count).
+        delta
+            The delta.
+
+        Returns
+        -------
+        DistributedDP
+
+        Raises
+        ------
+        ConfigurationError
+            If a parameter is out of range.
+        """
+        c = cls(noise_multiplier=1.0, clip=clip, delta=delta).resolution(d)
+        l2, l1 = rounded_sensitivity(c, d)
+        mu = calibrate_mu(epsilon=epsilon, delta=delta, rounds=rounds, l2=l2, l1=l1)
+        return cls(noise_multiplier=math.sqrt(2.0 * mu) / c, clip=clip, delta=delta)
 
     def describe(self) -> str:
         """The settings in words (for a log line)."""

@@ -96,6 +96,7 @@ MIN_SCALE = 2.0**8
 #: Node-config key of the smallest quantization scale accepted.
 _MIN_SCALE_KEY = PREFIX + "min-scale"
 _MIN_NOISE_KEY = PREFIX + "min-noise-multiplier"
+_MAX_EPSILON_KEY = PREFIX + "max-epsilon"
 
 #: The minimums that :data:`ALLOW_NO_PRIVACY_KEY` lowers (to 0).
 _PRIVACY_MINIMUMS = ("min_privacy_threshold", "min_scale")
@@ -141,6 +142,13 @@ class ClientPolicy:
         number >= 0; default 0: any, DP or not). The silo derives its noise share from the
         configuration itself (:meth:`coded_fl.dp.DistributedDP.plan`), so a server that asks
         for less noise than this is refused before any key is made.
+    max_epsilon
+        This node's privacy budget: refuse a noised round that would take the composed
+        epsilon of its data's releases, across every run and session on the node, beyond it
+        (:class:`coded_fl.dp.ledger.PrivacyLedger`, at :attr:`budget_delta`, never the
+        server's delta). None (default): no limit (the releases are still recorded).
+    budget_delta
+        The delta the budget is stated at (default 1e-5).
     silo
         This node's silo index, if pinned: refuse a key request that assigns another.
     max_silos, max_partitions, max_vector_length
@@ -170,6 +178,8 @@ class ClientPolicy:
     min_modulus_bits: int = 2
     min_scale: float = MIN_SCALE
     min_noise_multiplier: float = 0.0
+    max_epsilon: float | None = None
+    budget_delta: float = 1e-5
     silo: int | None = None
     max_silos: int = 256
     max_partitions: int = 1024
@@ -198,6 +208,13 @@ class ClientPolicy:
                 f"min_noise_multiplier must be a finite number >= 0 (0: no floor), got {z!r}"
             )
         object.__setattr__(self, "min_noise_multiplier", float(z))
+        e = self.max_epsilon
+        if e is not None and (
+            isinstance(e, bool) or not isinstance(e, (int, float)) or not math.isfinite(e) or e <= 0
+        ):
+            raise ConfigurationError(f"max_epsilon must be a finite number > 0 or None, got {e!r}")
+        if not (isinstance(self.budget_delta, float) and 0 < self.budget_delta < 1):
+            raise ConfigurationError(f"budget_delta must be in (0, 1), got {self.budget_delta!r}")
         if self.silo is not None and (
             isinstance(self.silo, bool) or not isinstance(self.silo, int) or self.silo < 0
         ):
@@ -243,6 +260,13 @@ class ClientPolicy:
             # no-privacy opt-out, which concerns T and the scale)
             least = _number(node_config[_MIN_NOISE_KEY], _MIN_NOISE_KEY)
             changes["min_noise_multiplier"] = max(least, self.min_noise_multiplier)
+        if _MAX_EPSILON_KEY in node_config:  # a budget: tightened, never loosened
+            most = _number(node_config[_MAX_EPSILON_KEY], _MAX_EPSILON_KEY)
+            if not most > 0:
+                raise ConfigurationError(f"node config {_MAX_EPSILON_KEY} must be > 0")
+            changes["max_epsilon"] = (
+                most if self.max_epsilon is None else min(most, self.max_epsilon)
+            )
         for name, key in _MAX_KEYS.items():  # resource limits: the node config sets them
             if key in node_config:
                 changes[name] = _int(node_config[key], key)

@@ -8,9 +8,8 @@
 - :func:`weight_ratio`: a partition's sample weight as the fraction w / W of the round's weight
   bound, or the typed error that refuses the round (automatic bound too small, or a fixed one);
 - :func:`same_metric_names`: the metric names every partition returned (one list);
-- :func:`keying_round`: whether a round of a run with distributed DP only deals the edge keys
-  (the silo uploads zeros and does not train), and :func:`dp_partial`: a partition's update as
-  such a run uploads it (clipped, rotated);
+- with distributed DP, :mod:`coded_fl.secagg.private` (keying rounds, the clipped and rotated
+  update, the silo's own privacy budget);
 - :class:`UploadLog`: the rounds this silo uploaded under its current keys, kept in a file
   beside the framework's own state (a stale state written back must not make the silo forget
   an upload it still has to recover).
@@ -38,14 +37,12 @@ import torch
 
 from coded_fl.errors import ConfigurationError, InputError, WeightBoundError
 from coded_fl.layout import UpdateLayout, element_count
-from coded_fl.secagg.client import MAX_UNVERIFIED_ROUNDS, ClientMachine, TrainTask
+from coded_fl.secagg.client import MAX_UNVERIFIED_ROUNDS, ClientMachine
 from coded_fl.secagg.config import ProtocolConfig
 from coded_fl.vocabulary import TrainSpec
 
 __all__ = [
     "UploadLog",
-    "dp_partial",
-    "keying_round",
     "partition_seed",
     "same_metric_names",
     "seed_everything",
@@ -146,66 +143,6 @@ def silo_layout(
             f"protocol vector_length={config.vector_length} but the model has {lay.describe()}"
         )
     return lay
-
-
-def keying_round(config: ProtocolConfig, task: TrainTask) -> bool:
-    """Whether ``task`` is a keying round of a run with distributed DP: its masks do not
-    cancel (the edge keys are still being dealt), so no noise key exists and its sum must not
-    be released: the silo uploads zeros (the machine enforces it) and needs not train.
-
-    Parameters
-    ----------
-    config
-        The session's configuration.
-    task
-        The round's task.
-
-    Returns
-    -------
-    bool
-    """
-    return config.dp_plan is not None and not task.aligned
-
-
-def dp_partial(delta: torch.Tensor, config: ProtocolConfig, round_: int) -> torch.Tensor:
-    """A partition's update as a run with distributed DP uploads it: padded to the vector
-    length, clipped to the L2 clip, rotated with the round's public seed
-    (:func:`coded_fl.dp.pipeline.prepare`); the upload's quantizer rounds it at the plan's
-    step with the partition's rounding key, so its replicas agree.
-
-    Parameters
-    ----------
-    delta
-        theta_k - theta over the model's float coordinates.
-    config
-        The session's configuration (with ``dp``).
-    round_
-        The protocol round.
-
-    Returns
-    -------
-    torch.Tensor
-        float64, ``config.vector_length`` long.
-
-    Raises
-    ------
-    ConfigurationError
-        If the run has no ``dp``.
-    InputError
-        If the update has NaN or infinite values, or more coordinates than the vector.
-    """
-    plan = config.dp_plan
-    if plan is None:
-        raise ConfigurationError("dp_partial needs a configuration with dp")
-    from coded_fl.dp.pipeline import prepare, rotation_seed
-
-    ready = prepare(
-        delta.detach().to("cpu", torch.float64).numpy(),
-        plan,
-        length=config.vector_length,
-        seed=rotation_seed(config.seed_id, round_),
-    )
-    return torch.from_numpy(ready)
 
 
 def weight_ratio(examples: float, spec: TrainSpec, *, who: str, log: logging.Logger = LOG) -> float:

@@ -10,6 +10,7 @@ BENCHMARKS = {
     "adversary": "simulations.bench.adversary",
     "codes": "simulations.bench.codes",
     "deploy": "simulations.bench.deploy",
+    "dp": "simulations.bench.dp",
     "hetero": "simulations.bench.hetero",
     "kernels": "simulations.bench.kernels",
     "legacy": "simulations.bench.legacy",

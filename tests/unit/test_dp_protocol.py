@@ -20,7 +20,7 @@ from coded_fl.dp.transform import clip_l2, unrotate
 from coded_fl.errors import ConfigurationError, RemoteProtocolError
 from coded_fl.secagg import ProtocolConfig, RoundResult
 from coded_fl.secagg.policy import ClientPolicy
-from coded_fl.secagg.silo import dp_partial
+from coded_fl.secagg.private import dp_partial
 from simulations.runtime.secagg_harness import Harness, Silo
 from strategies import CodedSecAgg
 from strategies.settings import coded_secagg_settings
