@@ -77,8 +77,9 @@ class ProtocolConfig:
         A registered masking scheme (:mod:`coded_fl.secagg.masking`): ``"shares"``
         (LightSecAgg-style secret-shared masks, two round trips per round), ``"aligned"``
         (group-aligned masks, one round trip once the edge keys are dealt; the repetition code
-        only: :mod:`coded_fl.secagg.aligned`), or ``"auto"``: aligned where the code is the
-        repetition code (``code="auto"`` picks it), shares otherwise (:attr:`masking_used`
+        only: :mod:`coded_fl.secagg.aligned`), or ``"auto"`` (the default, as
+        ``CodedSecAgg``'s): aligned where the code is the repetition code (``code="auto"``
+        picks it), shares otherwise (:attr:`masking_used`
         says which, :attr:`scheme` is the scheme).
     dp
         Distributed DP (:class:`coded_fl.dp.DistributedDP`) or None: sets the quantization;
@@ -100,7 +101,7 @@ class ProtocolConfig:
     run_id: str = "run"
     session: str = ""
     nonfinite: str = "raise"
-    masking: str = "shares"
+    masking: str = "auto"
     dp: DistributedDP | None = None
     _derived: dict[str, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
 

@@ -32,7 +32,12 @@ from coded_fl.secagg.messages import RefusalCode
 from simulations.runtime.secagg_harness import Harness
 
 CFG = ProtocolConfig(
-    num_silos=4, num_stragglers=1, privacy_threshold=1, vector_length=8, run_id="flips"
+    num_silos=4,
+    num_stragglers=1,
+    privacy_threshold=1,
+    vector_length=8,
+    run_id="flips",
+    masking="shares",
 )
 
 

@@ -39,6 +39,7 @@ CFG = ProtocolConfig(
     extra_replies=1,
     vector_length=12,
     run_id="fuzz-evidence",
+    masking="shares",
 )
 LIMITS = Limits.for_config(CFG)
 

@@ -44,6 +44,7 @@ def test_exact_sum_or_a_clear_abort(case):
         recovery_threshold=u,
         vector_length=d,
         run_id=f"prop-{seed}",
+        masking="shares",
     )
     h = Harness(cfg, seed=seed)
     if t == 0:  # T = 0 is a valid protocol setting; silos accept it only when told to
@@ -78,7 +79,9 @@ def test_exact_sum_or_a_clear_abort(case):
 
 
 def test_several_rounds_with_changing_stragglers_and_a_rekey():
-    cfg = ProtocolConfig(num_silos=6, num_stragglers=2, privacy_threshold=2, vector_length=50)
+    cfg = ProtocolConfig(
+        num_silos=6, num_stragglers=2, privacy_threshold=2, vector_length=50, masking="shares"
+    )
     h = Harness(cfg, seed=3)
     h.setup()
     for r, slow in ((1, {0, 1}), (2, {4, 5}), (3, {2}), (5, set())):
@@ -98,7 +101,9 @@ def test_several_rounds_with_changing_stragglers_and_a_rekey():
 
 
 def test_dequantized_total_matches_the_float_sum_within_quantization():
-    cfg = ProtocolConfig(num_silos=5, num_stragglers=1, privacy_threshold=1, vector_length=500)
+    cfg = ProtocolConfig(
+        num_silos=5, num_stragglers=1, privacy_threshold=1, vector_length=500, masking="shares"
+    )
     h = Harness(cfg, seed=1)
     h.setup()
     out = h.run_round(1, {2: Silo(delay=5)})

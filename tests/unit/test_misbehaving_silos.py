@@ -42,6 +42,7 @@ def _harness(extra: int) -> Harness:
         extra_replies=extra,
         vector_length=12,
         run_id="accused",
+        masking="shares",
     )
     h = Harness(cfg, seed=5)
     h.setup()
@@ -112,7 +113,9 @@ def test_one_accuser_with_evidence_convicts_a_silo_that_sent_a_bad_share() -> No
 
 # ---------------------------------------------------------------------- (c) size limits
 def _key_request(**sizes: int) -> KeyRequest:
-    cfg = ProtocolConfig(num_silos=4, num_stragglers=1, vector_length=8, run_id="big")
+    cfg = ProtocolConfig(
+        num_silos=4, num_stragglers=1, vector_length=8, run_id="big", masking="shares"
+    )
     fields = json.loads(cfg.to_json())
     fields.update(sizes)  # the raw JSON a server sends; never built here
     raw = json.dumps(fields, sort_keys=True, separators=(",", ":")).encode()
@@ -177,7 +180,9 @@ def test_a_shuffle_plan_too_large_to_build_is_refused_first() -> None:
 
 # ---------------------------------------------------------------------- (b) forged rounds
 def test_a_forged_train_request_for_a_future_round_does_not_block_the_real_rounds() -> None:
-    cfg = ProtocolConfig(num_silos=4, num_stragglers=1, vector_length=8, run_id="forged")
+    cfg = ProtocolConfig(
+        num_silos=4, num_stragglers=1, vector_length=8, run_id="forged", masking="shares"
+    )
     h = Harness(cfg, seed=9)
     h.setup()
     assert isinstance(h.run_round(1).result, RoundResult)
@@ -201,7 +206,9 @@ def test_a_forged_train_request_for_a_future_round_does_not_block_the_real_round
 
 
 def test_unverified_rounds_are_bounded_and_never_trained_twice() -> None:
-    cfg = ProtocolConfig(num_silos=4, num_stragglers=1, vector_length=8, run_id="bounded")
+    cfg = ProtocolConfig(
+        num_silos=4, num_stragglers=1, vector_length=8, run_id="bounded", masking="shares"
+    )
     h = Harness(cfg, seed=9)
     h.setup()
     req = h.server.start_round(1)[0]

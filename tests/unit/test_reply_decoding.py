@@ -48,7 +48,12 @@ from strategies.run import RunState
 from tests.fuzz.stages import feed
 
 CFG = ProtocolConfig(
-    num_silos=4, num_stragglers=1, privacy_threshold=1, vector_length=6, run_id="replies"
+    num_silos=4,
+    num_stragglers=1,
+    privacy_threshold=1,
+    vector_length=6,
+    run_id="replies",
+    masking="shares",
 )
 
 
@@ -196,6 +201,7 @@ def test_mod_reads_a_message_of_another_session_without_its_limits_and_asks_for_
         vector_length=6,
         run_id="replies",
         session="new",
+        masking="shares",
     )
     train = TrainRequest(
         digest=other.digest,

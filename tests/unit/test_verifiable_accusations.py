@@ -52,6 +52,7 @@ CFG = ProtocolConfig(
     extra_replies=1,
     vector_length=12,
     run_id="evidence",
+    masking="shares",
 )
 STRAGGLER = {4: Silo(delay=5.0)}
 
