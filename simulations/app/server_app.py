@@ -16,6 +16,7 @@ import json
 import logging
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,7 @@ from simulations.app.task import make_evaluator, make_net
 from strategies import CodedSecAgg, RoundReport
 from strategies.exchange import Exchange
 from strategies.placement import ShuffledTraining
+from strategies.settings import coded_secagg_settings
 from strategies.shuffle import ShuffleRelay
 
 LOG = logging.getLogger("flwr")
@@ -97,6 +99,36 @@ def _plain_lines(
         "ClientApp process), so no accuracy or time comparison is made; raise plain-timeout "
         "(run config) to compare",
     ]
+
+
+def make_strategy(
+    rc: dict[str, Any], n: int, progress: Callable[[RoundReport], None]
+) -> CodedSecAgg:
+    """The main job's strategy from its run config: FedAvg inside ``CodedSecAgg``, the
+    ``train_loss`` metric aggregated securely, except with distributed DP
+    (``dp-noise-multiplier`` > 0), where no train metric travels (it would be neither clipped
+    nor noised).
+
+    Parameters
+    ----------
+    rc
+        The run config.
+    n
+        The silos.
+    progress
+        Called with each round's report.
+
+    Returns
+    -------
+    CodedSecAgg
+    """
+    private = "dp" in coded_secagg_settings(rc)
+    return CodedSecAgg.from_run_config(
+        FedAvg(fraction_evaluate=0.0, min_available_nodes=n, min_train_nodes=n),
+        rc,
+        metric_keys=None if private else ("train_loss",),
+        progress=progress,
+    )
 
 
 def _dp_line(strategy: CodedSecAgg, reports: list[RoundReport]) -> str:
@@ -268,12 +300,7 @@ def main(grid: Grid, context: Context) -> None:
         say(rep.line())
         report.round(rep)
 
-    strategy = CodedSecAgg.from_run_config(
-        FedAvg(fraction_evaluate=0.0, min_available_nodes=n, min_train_nodes=n),
-        rc,
-        metric_keys=("train_loss",),
-        progress=progress,
-    )
+    strategy = make_strategy(rc, n, progress)
     say(
         f"[coded-fl] {n} silos, {rounds} rounds, stragglers {rc['straggler-delays']!s} (site:s), "
         f"dropped site(s) {rc['dropout-sites']!s}"
@@ -338,6 +365,14 @@ def main(grid: Grid, context: Context) -> None:
     report.data.update(
         final_accuracy=ours_acc, run_seconds=ours_seconds, completed=completed, done=True
     )
+    if strategy.dp is not None:  # distributed DP: the run's account, as the summary says it
+        report.data["dp"] = {
+            "epsilon": reports[-1].epsilon if reports else None,
+            "delta": strategy.dp.delta,
+            "noise_multiplier": strategy.dp.noise_multiplier,
+            "clip": strategy.dp.clip,
+            "keying_rounds": sum(r.keying_rounds for r in reports),
+        }
     report.write()
     plain_mode = str(rc["compare-plain"])
     plain_seconds = 0.0
@@ -366,12 +401,6 @@ def main(grid: Grid, context: Context) -> None:
     dp_line = _dp_line(strategy, reports)
     if dp_line:
         lines.append(dp_line)
-        report.data["dp"] = {
-            "epsilon": reports[-1].epsilon if reports else None,
-            "delta": strategy.dp.delta if strategy.dp is not None else None,
-            "noise_multiplier": strategy.dp.noise_multiplier if strategy.dp is not None else None,
-            "keying_rounds": sum(r.keying_rounds for r in reports),
-        }
     if shuffled is not None:
         lines += _shuffle_lines(shuffled)
     if plain_mode == "flower":
