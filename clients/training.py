@@ -120,7 +120,7 @@ def _dp_partial(
 ) -> torch.Tensor:
     """Partition k's update under distributed DP: theta_k - theta, unweighted (a weight
     would reveal the partition's size and scale its update past the clip), clipped to the
-    L2 clip and rotated (:func:`coded_fl.secagg.silo.dp_partial`); no metrics travel."""
+    L2 clip and rotated (:func:`coded_fl.secagg.private.dp_partial`); no metrics travel."""
     who = f"the train function (partition {k})"
     if reply.has_error():
         raise InputError(f"{who} failed: {reply.error.reason}")

@@ -1,14 +1,14 @@
 """Distributed DP's part of a run (issue 33): the keying rounds that deal the edge keys before
 a noised round, the noisy sum applied, and the account.
 
-:class:`PrivateRounds` is mixed into :class:`strategies.driver.RoundDriver` (the attributes are
-:class:`strategies.round_attempt.RoundAttempt`'s). With ``CodedSecAgg(dp=...)``:
+:class:`PrivateRounds` is :class:`strategies.round_attempt.RoundAttempt` with these steps, and
+the base of :class:`strategies.driver.RoundDriver`. With ``CodedSecAgg(dp=...)``:
 
 - before a round whose masks would not cancel (the first, or after a rekey) the driver runs
   keying rounds (:meth:`PrivateRounds.keying_rounds`): the silos upload zeros
-  (:func:`coded_fl.secagg.silo.keying_round`) and nothing is applied or released;
+  (:func:`coded_fl.secagg.private.keying_round`) and nothing is applied or released;
 - a noised round's decoded sum is rotated back and the model moves by its mean over the K
-  partitions (:meth:`PrivateRounds.apply_private`);
+  partitions (:meth:`PrivateRounds.apply`);
 - every noised round the server asked for counts in the account (:meth:`PrivateRounds.epsilon`).
 """
 
@@ -50,7 +50,7 @@ class PrivateRounds(RoundAttempt):
     ) -> Keying:
         """With distributed DP, the protocol rounds that deal the edge keys before round ``r``
         can be noised (the first round, and again after a rekey): the silos upload zeros
-        (:func:`coded_fl.secagg.silo.keying_round`), nothing is applied or released. A run
+        (:func:`coded_fl.secagg.private.keying_round`), nothing is applied or released. A run
         whose keys are not dealt after :data:`MAX_KEYING_ROUNDS` stops.
 
         Parameters

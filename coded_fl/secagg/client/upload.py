@@ -336,5 +336,5 @@ def _dp_partials(
     out = []
     for g in partials:
         norm = float(torch.linalg.vector_norm(g.double()))
-        out.append(g if norm <= clip else g * (clip / norm))
+        out.append(g if norm <= clip else g.double() * (clip / norm))
     return out
