@@ -469,3 +469,34 @@ def test_a_bad_legacy_reply_is_refused_with_a_typed_error(fault: str) -> None:
     match = {"status": "status", "count": "2 arrays", "bytes": "not NumPy"}[fault]
     with pytest.raises(InputError, match=match):
         from_legacy_reply(content, model, TrainSpec(), who="the train function (partition 0)")
+
+
+def test_the_legacy_workflow_takes_distributed_dp() -> None:
+    """``CodedSecAggWorkflow(dp=...)``: the same keying rounds and noisy mean as the Message
+    API (each NumPyClient's update unweighted, clipped and noised; 6 silos in 3 groups)."""
+    from coded_fl.dp import DistributedDP
+
+    n, rounds = 6, 2
+    dp = DistributedDP(noise_multiplier=0.01, clip=10.0)  # no update is clipped
+    ctx = LegacyContext(
+        Context(run_id=7, node_id=0, node_config={}, state=RecordDict(), run_config={}),
+        config=ServerConfig(num_rounds=rounds),
+        strategy=legacy.FedAvg(
+            min_available_clients=n,
+            fraction_evaluate=0.0,
+            initial_parameters=ndarrays_to_parameters([np.zeros(D, dtype=np.float32)]),
+        ),
+    )
+    fit = CodedSecAggWorkflow(num_stragglers=1, privacy_threshold=1, dp=dp, **FAST)  # type: ignore[arg-type]
+    DefaultWorkflow(fit_workflow=fit)(LegacyGrid(n), ctx)
+    assert fit.coded is not None
+    reps = fit.coded.reports
+    assert [r.ok for r in reps] == [True] * rounds
+    assert [r.keying_rounds for r in reps] == [2, 0]
+    assert 0 < reps[0].epsilon < reps[1].epsilon  # type: ignore[operator]
+    plan = fit.coded._run.config.dp_plan  # type: ignore[union-attr]
+    noise = plan.noise_std / n  # per coordinate of the mean, each round
+    expected = rounds * np.mean([_step(k) for k in range(n)], axis=0)
+    err = _model(ctx) - expected
+    assert np.abs(err).max() < 6 * noise * np.sqrt(rounds)
+    assert err.std() > 0.3 * noise  # the noise is there
