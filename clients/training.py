@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 
 import torch
-from flwr.app import ConfigRecord, Context, Message, MetricRecord, RecordDict
+from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp.typing import ClientAppCallable
 
 from coded_fl.errors import ConfigurationError, InputError, RemoteProtocolError
@@ -122,20 +122,29 @@ def _dp_partial(
     would reveal the partition's size and scale its update past the clip), clipped to the
     L2 clip and rotated (:func:`coded_fl.secagg.private.dp_partial`); no metrics travel."""
     who = f"the train function (partition {k})"
-    if reply.has_error():
-        raise InputError(f"{who} failed: {reply.error.reason}")
-    content = reply.content
-    if is_legacy_reply(content):
-        content = from_legacy_reply(content, model, spec, who=who)  # type: ignore[arg-type]
-    arrays = content.get(spec.arrays_key)
-    if arrays is None:
-        raise InputError(f"{who} returned no ArrayRecord under '{spec.arrays_key}'")
-    check_same_layout(arrays, model, who=who, integers=lay.integer_names)  # type: ignore[arg-type]
+    _, arrays = _reply_arrays(reply, model, spec, lay, who)
     trained = flatten(arrays, integers=lay.integer_names)
     try:
         return dp_partial(trained - theta, cfg, round_)
     except InputError as exc:
         raise InputError(f"{who}: {exc}") from None
+
+
+def _reply_arrays(
+    reply: Message, model: object, spec: TrainSpec, lay: UpdateLayout, who: str
+) -> tuple[RecordDict, ArrayRecord]:
+    """The train function's reply content (a legacy ``FitRes`` read as records) and its
+    model, checked against the model sent; typed errors naming ``who``."""
+    if reply.has_error():
+        raise InputError(f"{who} failed: {reply.error.reason}")
+    content = reply.content
+    if is_legacy_reply(content):  # a NumPyClient app (client_fn): Flower's FitRes records
+        content = from_legacy_reply(content, model, spec, who=who)  # type: ignore[arg-type]
+    arrays = content.get(spec.arrays_key)
+    if arrays is None:
+        raise InputError(f"{who} returned no ArrayRecord under '{spec.arrays_key}'")
+    check_same_layout(arrays, model, who=who, integers=lay.integer_names)  # type: ignore[arg-type]
+    return content, arrays  # type: ignore[return-value]
 
 
 def _partial(
@@ -149,15 +158,7 @@ def _partial(
 ) -> tuple[torch.Tensor, tuple[str, ...]]:
     """Partition k's packed vector, and the names of its metrics (with metric slots)."""
     who = f"the train function (partition {k})"
-    if reply.has_error():
-        raise InputError(f"{who} failed: {reply.error.reason}")
-    content = reply.content
-    if is_legacy_reply(content):  # a NumPyClient app (client_fn): Flower's FitRes records
-        content = from_legacy_reply(content, model, spec, who=who)  # type: ignore[arg-type]
-    arrays = content.get(spec.arrays_key)
-    if arrays is None:
-        raise InputError(f"{who} returned no ArrayRecord under '{spec.arrays_key}'")
-    check_same_layout(arrays, model, who=who, integers=lay.integer_names)  # type: ignore[arg-type]
+    content, arrays = _reply_arrays(reply, model, spec, lay, who)
     metrics = next(
         (r for r in content.values() if isinstance(r, MetricRecord) and spec.weight_key in r), None
     )

@@ -115,7 +115,7 @@ class PrivateRounds(RoundAttempt):
         template: Message,
     ) -> RoundReport:
         """:meth:`RoundAttempt.apply`; with distributed DP, the decoded noisy sum rotated back
-        (:func:`coded_fl.dp.transform.unrotate`), the model moved by its mean over the K
+        (:func:`coded_fl.dp.pipeline.release`), the model moved by its mean over the K
         partitions (every partition counts 1; no metric travels).
 
         Parameters
@@ -128,18 +128,21 @@ class PrivateRounds(RoundAttempt):
         RoundReport
             report.arrays is the new model when report.ok.
         """
-        if self.state.config.dp_plan is None:
+        plan = self.state.config.dp_plan
+        if plan is None:
             return super().apply(report, res, t0, arrays, template)
-        from coded_fl.dp.pipeline import rotation_seed
-        from coded_fl.dp.transform import unrotate
+        from coded_fl.dp.pipeline import release, rotation_seed
 
         st, spec = self.state, self.settings.spec
         cfg, lay = st.config, st.layout
         self.note_result(report, res)
         K = cfg.gradient_code.K
-        # res.total is the sum in model units (dequantized at the plan's step); erased
-        # coordinates count 0 there
-        total = unrotate(res.total.double().numpy(), seed=rotation_seed(cfg.seed_id, res.round))
+        # the decoded sum in steps (erased coordinates count 0), in model units, rotated back
+        total = release(
+            cfg.field.to_signed(res.aggregate).numpy(),
+            plan,
+            seed=rotation_seed(cfg.seed_id, res.round),
+        )
         mean = torch.from_numpy(total[: lay.model_size] / K)
         theta = flatten(arrays, integers=lay.integer_names)
         new = unflatten(theta + mean.to(theta.dtype), arrays, integers={})

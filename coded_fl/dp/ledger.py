@@ -94,8 +94,7 @@ class PrivacyLedger:
         -------
         float
         """
-        rdp, n = self._read()
-        return 0.0 if n == 0 else float(compute_epsilon(ORDERS, rdp, delta)[0])
+        return _epsilon(*self._read(), delta)
 
     def charge(self, plan: DPPlan, *, delta: float, budget: float | None) -> float:
         """Charge one release of ``plan``'s mechanism, or refuse it if it would exceed
@@ -129,9 +128,9 @@ class PrivacyLedger:
                 fcntl.flock(lock, fcntl.LOCK_EX)
                 rdp, n = self._read()
                 after = rdp + step
-                eps = float(compute_epsilon(ORDERS, after, delta)[0])
+                eps = _epsilon(after, n + 1, delta)
                 if budget is not None and not eps <= budget:
-                    spent = 0.0 if n == 0 else float(compute_epsilon(ORDERS, rdp, delta)[0])
+                    spent = _epsilon(rdp, n, delta)
                     raise PrivacyBudgetError(
                         f"this silo's privacy budget max_epsilon={budget:g} (delta={delta:g}) "
                         f"would be exceeded: {n} noised release(s) spent epsilon {spent:.3g}, "
@@ -149,3 +148,8 @@ class PrivacyLedger:
                 f"the privacy ledger {self.path} cannot be written ({type(exc).__name__}): the "
                 "release is refused (it could not be counted)"
             ) from None
+
+
+def _epsilon(rdp: np.ndarray, releases: int, delta: float) -> float:
+    """The composed epsilon of ``releases`` releases summing to ``rdp`` (0 for none)."""
+    return 0.0 if releases == 0 else float(compute_epsilon(ORDERS, rdp, delta)[0])

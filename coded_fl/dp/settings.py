@@ -10,7 +10,7 @@ over the run) and refuses a setting whose sum could wrap the field, naming what 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from coded_fl.dp.accounting import calibrate_mu, epsilon_of, rounded_sensitivity
 from coded_fl.dp.noise import group_mu
@@ -191,7 +191,7 @@ class DistributedDP:
             raise ConfigurationError(
                 "the dp settings must be an object with noise_multiplier and clip"
             )
-        unknown = set(entries) - {"noise_multiplier", "clip", "delta", "beta", "steps_per_clip"}
+        unknown = set(entries) - {f.name for f in fields(cls)}
         if unknown:
             raise ConfigurationError(f"unknown dp settings {sorted(unknown)}")
         return cls(**entries)

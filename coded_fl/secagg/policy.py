@@ -196,18 +196,19 @@ class ClientPolicy:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise ConfigurationError(f"{name} must be an int >= 0, got {value!r}")
-        m = self.min_scale
-        if isinstance(m, bool) or not isinstance(m, (int, float)) or not math.isfinite(m) or m < 0:
-            raise ConfigurationError(
-                f"min_scale must be a finite number >= 0 (0 accepts any scale), got {m!r}"
-            )
-        object.__setattr__(self, "min_scale", float(m))
-        z = self.min_noise_multiplier
-        if isinstance(z, bool) or not isinstance(z, (int, float)) or not math.isfinite(z) or z < 0:
-            raise ConfigurationError(
-                f"min_noise_multiplier must be a finite number >= 0 (0: no floor), got {z!r}"
-            )
-        object.__setattr__(self, "min_noise_multiplier", float(z))
+        for name, zero in (
+            ("min_scale", "0 accepts any scale"),
+            ("min_noise_multiplier", "0: no floor"),
+        ):
+            m = getattr(self, name)
+            if (
+                isinstance(m, bool)
+                or not isinstance(m, (int, float))
+                or not math.isfinite(m)
+                or m < 0
+            ):
+                raise ConfigurationError(f"{name} must be a finite number >= 0 ({zero}), got {m!r}")
+            object.__setattr__(self, name, float(m))
         e = self.max_epsilon
         if e is not None and (
             isinstance(e, bool) or not isinstance(e, (int, float)) or not math.isfinite(e) or e <= 0

@@ -12,10 +12,11 @@ import torch
 from coded_fl.crypto import KEY_BYTES, seal
 from coded_fl.errors import InputError, LocalProtocolError, MaskReuseError
 from coded_fl.pipeline import encode_upload
-from coded_fl.prg import SEED_BYTES, MaskStream, expand_field_elements
+from coded_fl.prg import SEED_BYTES, MaskStream
 from coded_fl.secagg.aligned import (
     EDGE_KEY_BYTES,
     edge_tag,
+    group_mask,
     group_mask_streams,
     mask_context,
     seal_edge_key,
@@ -221,38 +222,49 @@ class UploadPhase(SealingCore):
         torch.Tensor
             The masked vector.
         """
-        silo = task.silo
-        streams = group_mask_streams(
-            self.edge_keys,
-            cfg.mask_edges,
-            cfg.group_code.group_of(silo),
-            field=cfg.field,
-            run_id=cfg.run_bytes,
-            round_=task.round,
-            context=mask_context(task.request, model_digest),
-            scale=task.coefficients[0],
-        )
+        group = cfg.group_code.group_of(task.silo)
+        context = mask_context(task.request, model_digest)
+        r = task.coefficients[0]
         plan = cfg.dp_plan
-        if plan is None:
+        if plan is None:  # the mask made chunk by chunk inside the fused upload
+            streams = group_mask_streams(
+                self.edge_keys,
+                cfg.mask_edges,
+                group,
+                field=cfg.field,
+                run_id=cfg.run_bytes,
+                round_=task.round,
+                context=context,
+                scale=r,
+            )
             return self.encode(cfg, task, partials, None, mask_streams=streams)
         # distributed DP: the group's noise share rides on the mask, times the member's code
         # coefficient r_i as the partitions' sum is (every member draws the same noise)
         from coded_fl.dp.pipeline import group_noise
 
         F, d = cfg.field, cfg.vector_length
+        mask = group_mask(
+            self.edge_keys,
+            cfg.mask_edges,
+            group,
+            length=d,
+            field=F,
+            run_id=cfg.run_bytes,
+            round_=task.round,
+            context=context,
+            scale=r,
+        )
         noise = group_noise(
             self.edge_keys,
-            cfg.group_code.group_of(silo),
+            group,
             plan,
             run_id=cfg.run_bytes,
             round_=task.round,
-            context=mask_context(task.request, model_digest),
+            context=context,
             size=d,
         )
-        made = [expand_field_elements(seed, d, cfg.p) for seed, _ in streams]
-        mask = F.lincomb([c for _, c in streams], made, validate=False)
-        mask = F.add(mask, F.mul(F.from_signed(torch.from_numpy(noise)), task.coefficients[0]))
-        return self.encode(cfg, task, partials, mask)
+        noisy = F.add(torch.from_numpy(mask), F.mul(F.from_signed(torch.from_numpy(noise)), r))
+        return self.encode(cfg, task, partials, noisy)
 
     def encode(
         self,
