@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from simulations.deploy import forkserver
+
 
 def machine() -> dict[str, Any]:
     """What produced the figures: CPU, cores, GPU, library versions, date."""
@@ -37,6 +39,8 @@ def machine() -> dict[str, Any]:
         "numpy": numpy.__version__,
         "numba": numba.__version__,
         "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+        # deployments' ClientApps forked from a warm process (CI only): not a user's start-up
+        "clientapp_forkserver": forkserver.enabled(),
     }
     try:
         import flwr

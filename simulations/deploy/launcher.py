@@ -27,12 +27,14 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from coded_fl.secagg.identity import IDENTITY_KEY_SETTING, TRUSTED_KEYS_SETTING
+from simulations.deploy import forkserver
 from simulations.deploy.certs import make_credentials, make_node_key
 
 __all__ = ["Deployment", "DeploymentError", "Proc", "free_port", "stop_recorded"]
@@ -169,6 +171,10 @@ class Deployment:
         The interpreter whose ``bin`` directory holds ``flower-superlink`` & co.
     connection
         Name of the SuperLink connection written to ``FLWR_HOME/config.toml``.
+    clientapp_forkserver
+        Start the SuperNodes' ClientApp processes from a per-node fork server that has
+        imported Flower, torch and coded-fl once (:mod:`simulations.deploy.forkserver`; test
+        and CI time only). Default: ``CODED_FL_CLIENTAPP_FORKSERVER=1`` in the environment.
     """
 
     run_dir: Path
@@ -178,10 +184,13 @@ class Deployment:
     python: str = sys.executable
     connection: str = "codedfl-deploy"
     extra_env: Mapping[str, str] = field(default_factory=dict)
+    clientapp_forkserver: bool = field(default_factory=forkserver.enabled)
     procs: dict[str, Proc] = field(default_factory=dict)
     superlink_address: str = ""
     superlink_port: int = 0
     _popen: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict, repr=False)
+    _shims: str = field(default="", init=False, repr=False)  # the shim's folder, when on
+    _sockets: str = field(default="", init=False, repr=False)  # the zygotes' sockets
 
     def __post_init__(self) -> None:
         if self.auth and not self.tls:
@@ -190,6 +199,12 @@ class Deployment:
         for sub in ("creds", "home", "logs"):
             (self.run_dir / sub).mkdir(parents=True, exist_ok=True)
         self.bindir = str(Path(self.python).parent)
+        if self.clientapp_forkserver:  # a short folder: a Unix socket path has 107 bytes
+            self._sockets = tempfile.mkdtemp(prefix="cfl-fs-")
+            self._shims = str(self.run_dir / "forkserver-bin")
+            forkserver.write_shim(
+                self._shims, python=self.python, real=f"{self.bindir}/flwr-clientapp"
+            )
         if self.tls and not (self.creds / "ca.pem").exists():
             make_credentials(self.creds, hosts=list(self.hosts))
 
@@ -206,6 +221,9 @@ class Deployment:
         env = dict(os.environ)
         env.update(ENV)
         env["PATH"] = f"{self.bindir}{os.pathsep}{env.get('PATH', '')}"
+        if self._shims:
+            env["PATH"] = f"{self._shims}{os.pathsep}{env['PATH']}"
+            env[forkserver.ENV_SOCKET_DIR] = self._sockets
         env["FLWR_HOME"] = str(self.home)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
         env.update(self.extra_env)
@@ -323,6 +341,8 @@ class Deployment:
         for name in reversed(list(self.procs)):
             self.stop(name, grace=grace)
         stop_recorded(self.run_dir, grace=grace)
+        if self._shims:
+            shutil.rmtree(self._sockets, ignore_errors=True)
 
     def __enter__(self) -> Deployment:
         return self
