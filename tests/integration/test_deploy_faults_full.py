@@ -88,10 +88,17 @@ def test_restarted_supernodes_rejoin_with_new_keys_after_an_aborted_round(
             t.start()
         for t in stops:
             t.join(timeout=30)
+        # both start together (as they stopped together) and each is awaited: started one
+        # after the other, the second came back a node start-up later, after the rekey round
+        since = {k: healthy.dep.log_size(f"site{k}") for k in (0, 1)}
         for k in (0, 1):
-            healthy.start_node(k, timeout=60)
+            healthy.start_node(k, wait=False)
+        for k in (0, 1):
+            healthy.dep.wait_log(f"site{k}", r"SuperNode ID: \d+", timeout=60, since=since[k])
 
-    cfg = config(healthy, "restart", **{"num-rounds": 4, "round-timeout": 45.0})
+    # five rounds: the rekey needs a round that starts after both are back, whenever the
+    # restart lands (with rounds of 6 s, round 4 could close before the second node was up)
+    cfg = config(healthy, "restart", **{"num-rounds": 5, "round-timeout": 45.0})
     rep = run_app(healthy, cfg, actions={1: restart_sites_0_and_1})
     rounds = rep["rounds"]
     silos = {v: int(k) for k, v in rep["silos"].items()}

@@ -8,6 +8,9 @@ global RNG, unseeded, as ordinary projects do.
 The model is a linear classifier; with ``embedding-rows`` R > 0 in the run config it also has
 an R x 10 embedding table looked up by hashed features (R = 2,500,000: 25,000,650
 parameters, a large model whose training touches a few entries a lot and most not at all).
+The table takes sparse gradients, as large embedding tables usually do: plain SGD then moves
+exactly the rows a batch looked up, the same update as with a dense gradient, without
+writing 25 M zeros every step (3.0 s of CPU per 1,000 examples dense, 0.03 s sparse).
 """
 
 import torch
@@ -22,7 +25,7 @@ class Net(nn.Module):
         super().__init__()
         self.fc = nn.Linear(FEATURES, 10)
         self.rows = int(embedding_rows)
-        self.emb = nn.EmbeddingBag(self.rows, 10, mode="sum") if self.rows else None
+        self.emb = nn.EmbeddingBag(self.rows, 10, mode="sum", sparse=True) if self.rows else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out = self.fc(x)
