@@ -159,20 +159,23 @@ def _read_request(conn: socket.socket) -> tuple[dict[str, object], list[int]]:
     """One request: a 4-byte length, the JSON header, and the caller's stdin/stdout/stderr."""
     conn.settimeout(10.0)
     data, fds, _flags, _addr = socket.recv_fds(conn, MAX_HEADER + 4, 3)
-    if len(data) < 4:
-        raise ValueError("short request")
-    size = int.from_bytes(data[:4], "big")
-    if size > MAX_HEADER:
-        raise ValueError("request too large")
-    body = data[4:]
-    while len(body) < size:
-        more = conn.recv(size - len(body))
-        if not more:
-            raise ValueError("request cut short")
-        body += more
-    if len(fds) != 3:
-        raise ValueError("the three standard streams are needed")
-    return json.loads(body), fds
+    try:
+        if len(fds) != 3 or len(data) < 4:
+            raise ValueError("a length, a header and the three standard streams are needed")
+        size = int.from_bytes(data[:4], "big")
+        if size > MAX_HEADER:
+            raise ValueError("request too large")
+        body = data[4:]
+        while len(body) < size:
+            more = conn.recv(size - len(body))
+            if not more:
+                raise ValueError("request cut short")
+            body += more
+        return json.loads(body), fds
+    except BaseException:  # a refused request leaves none of its descriptors open here
+        for fd in fds:
+            os.close(fd)
+        raise
 
 
 def _run_child(request: dict[str, object], fds: list[int], entry: str) -> None:

@@ -126,6 +126,27 @@ def test_flowers_own_entry_point_runs_in_the_child(tmp_path: Path, shim: Path) -
         zygote.wait(timeout=30)
 
 
+def test_a_malformed_request_is_refused_and_the_zygote_serves_on(
+    tmp_path: Path, shim: Path
+) -> None:
+    import socket
+
+    sockets = tmp_path / "s"
+    sockets.mkdir()
+    env = _env(sockets)
+    zygote = _zygote(sockets, env, entry=PROBE)
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as bad:
+            bad.connect(str(sockets / f"{os.getpid()}.sock"))
+            bad.sendall(b"\x00\x00\x00\x02{}")  # no standard streams
+            assert bad.recv(100) == b""  # closed without a child
+        done = subprocess.run([str(shim), "5"], env=env, capture_output=True, text=True)
+        assert done.returncode == 5, done.stderr
+    finally:
+        zygote.terminate()
+        zygote.wait(timeout=30)
+
+
 def test_without_a_fork_server_the_shim_runs_the_stock_executable(
     tmp_path: Path, shim: Path
 ) -> None:
