@@ -1,9 +1,13 @@
-"""The one place that orders the server machine's calls: key exchanges and rounds, over any
-transport (``docs/architecture.md``).
+"""The one driver of the server machine: key exchanges and rounds, over any transport
+(``docs/architecture.md``).
 
-:class:`~coded_fl.secagg.server.ServerMachine` is sans-IO, but must be called in the protocol's
-order: keys; train requests; the close at the first max(n - s, U) uploads; recovery, disputes
-and retries; the decode. :class:`ProtocolDriver` is that order, written once. It reaches the
+:class:`~coded_fl.secagg.server.ServerMachine` is sans-IO and holds the protocol's order itself:
+once a key exchange or a round is opened, :meth:`~coded_fl.secagg.server.ServerMachine.
+next_action` says what to do next as a typed action (:mod:`coded_fl.secagg.server.actions`:
+send requests, compute, await replies, or the outcome). :class:`ProtocolDriver` follows the
+actions and adds only what the machine cannot know: the transport, the clock (each stage's
+deadline, the extra wait for check replies, silos not worth waiting for) and the notes on
+refusals. It reaches the
 silos through a :class:`~coded_fl.secagg.transport.Transport` (``send``, ``collect``, ``now``:
 Flower's Grid in ``strategies``, the in-memory switchboard of
 ``simulations.runtime.secagg_harness``, which the cost model of
@@ -17,17 +21,28 @@ the caller.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from coded_fl.errors import CodedFLError
-from coded_fl.secagg.messages import Refusal, ViewRequest
+from coded_fl.errors import CodedFLError, LocalProtocolError
+from coded_fl.secagg.messages import Refusal
 from coded_fl.secagg.replies import SiloNotes, take
 from coded_fl.secagg.runs import KeyExchange, KeyExchangeError, RoundRun
 from coded_fl.secagg.server import RoundAborted, ServerMachine
-from coded_fl.secagg.transport import EXPECT, Reply, Transport, Waits
+from coded_fl.secagg.server.actions import (
+    AFTER_WAIT,
+    Await,
+    Compute,
+    Deadline,
+    KeysDone,
+    RoundDone,
+    SendRequests,
+    Stage,
+)
+from coded_fl.secagg.transport import EXPECT, Batch, Reply, Transport, Waits
 
 __all__ = ["KeyExchange", "KeyExchangeError", "ProtocolDriver", "RoundRun"]
 
@@ -150,26 +165,15 @@ class ProtocolDriver:
         KeyExchangeError
             If too few silos would have keys for a round.
         """
-        machine, tr = self.machine, self.transport
-        errors: dict[int, str] = {}
-        requests = self._step("server_keys", lambda: machine.start_key_exchange(silos))
-        asked = tuple(q.recipient for q in requests)
-        batch = tr.send(requests, stage="keys", round_=round_)
-        end = tr.now() + (waits or Waits()).keys
-
-        def on_reply(reply: Reply) -> bool:
-            self.take_reply("keys", reply, errors)
-            return len(errors) + machine.keys_received >= len(batch.silos)
-
-        tr.collect(batch, (EXPECT["keys"], Refusal), on_reply, deadline=lambda: end)
-        try:
-            missing: tuple[int, ...] = self._step("server_keys", machine.close_key_exchange)
-        except CodedFLError as exc:
-            raise KeyExchangeError(str(exc), asked, machine.keyed_in_exchange, errors) from None
-        for silo in asked:
-            if silo not in missing:
+        self._step("server_keys", lambda: self.machine.open_key_exchange(silos))
+        follow = _Follow(self, round_, waits or Waits(), RoundRun())
+        outcome = follow.run()
+        if not isinstance(outcome, KeysDone):
+            raise LocalProtocolError(f"a key exchange ended in {outcome!r}")
+        for silo in follow.asked:
+            if silo not in outcome.missing:
                 self.notes.needs_keys.discard(silo)
-        return KeyExchange(asked, missing, errors)
+        return KeyExchange(follow.asked, outcome.missing, follow.run_.errors)
 
     # ------------------------------------------------------------------ a round
     def run_round(
@@ -181,10 +185,11 @@ class ProtocolDriver:
         skip: frozenset[int] | set[int] = frozenset(),
         label: int | None = None,
     ) -> RoundRun:
-        """One protocol round: train requests to the roster, the close at the first
-        max(n - s, U) uploads (plus the extras the configuration asks for, while ``waits.extra``
-        allows), recovery where the masks do not cancel, the evidence stage where a survivor
-        accused another, retries without convicted silos, the decode.
+        """One protocol round, as the machine's actions lead it: train requests to the roster,
+        the close at the first max(n - s, U) uploads (plus the extras the configuration asks
+        for, while ``waits.extra`` allows), recovery where the masks do not cancel, the
+        evidence stage where a survivor accused another, retries without convicted silos, the
+        decode.
 
         Parameters
         ----------
@@ -205,154 +210,14 @@ class ProtocolDriver:
         -------
         RoundRun
         """
-        machine, tr, notes = self.machine, self.transport, self.notes
-        waits = waits or Waits()
+        self.notes.weight_refused.clear()
         run = RoundRun()
-        notes.weight_refused.clear()
-        t0 = tr.now()
-        requests = self._step("server_start", lambda: machine.start_round(number, inputs=inputs))
-        tag = number if label is None else label
-        batch = tr.send(requests, stage="train", round_=tag)
-        run.round_trips = 1
-        deadline = t0 + waits.round
-        extra_until: list[float] = []
-        awaited = set(batch.silos) - set(skip) - set(machine.excluded)
-        answered: set[int] = set()
-        extra_replies = machine.config.extra_replies
-
-        def on_upload(reply: Reply) -> bool:
-            self.take_reply("train", reply, run.errors)
-            answered.add(reply.silo)
-            if machine.uploads_complete or (machine.uploads_ready and awaited <= answered):
-                return True
-            left = len(batch.silos) - len(notes.misconfigured) - len(notes.weight_refused)
-            if left < machine.config.min_uploads:
-                # too many silos refused because of a setting: no wait can complete the round
-                # (other failures may be transient, e.g. a node restarting: the round waits)
-                return True
-            if machine.uploads_ready and not extra_until:
-                extra_until.append(tr.now() + waits.extra)
-            return bool(extra_until) and (extra_replies == 0 or tr.now() >= extra_until[0])
-
-        tr.collect(
-            batch,
-            (EXPECT["train"], Refusal),
-            on_upload,
-            deadline=lambda: min([deadline, *extra_until]),
-        )
-        run.close_seconds = tr.now() - t0
-        out = self._step("server_close", machine.close_collection)
-        if isinstance(out, RoundAborted):
-            run.result = out
-            return run
-        if out:
-            aborted = self._recover(tag, out, run, waits)
-            if aborted is not None:
-                run.result = aborted
-                return run
-        run.result = self._step("server_finish", machine.finish)
-        return run
-
-    def _views(
-        self, number: int, requests: list[Any], run: RoundRun, end: float
-    ) -> list[Any] | RoundAborted:
-        """The view stage where the silos sign their keys (:mod:`coded_fl.secagg.views`): while
-        the machine asks for signatures of a survivor set, send, collect until all are in or
-        ``end`` (a recovery's wait, :attr:`Waits.recovery`, of its own), close; then the
-        recovery requests (or why the round ends)."""
-        while requests and isinstance(requests[0], ViewRequest):
-            self._view_stage(number, requests, run, end)
-            requests = self._step("server_views", self.machine.close_views)
-            if isinstance(requests, RoundAborted):
-                return requests
-        return requests
-
-    def _view_stage(self, number: int, requests: list[Any], run: RoundRun, end: float) -> None:
-        """Send one set's view requests; collect until every member signed, every one asked
-        answered (a refusal too), or ``end``."""
-        machine, tr = self.machine, self.transport
-        batch = tr.send(requests, stage="view", round_=number)
-        run.round_trips += 1
-        asked, answered = set(batch.silos), set()
-
-        def on_view(reply: Reply) -> bool:
-            self.take_reply("view", reply, run.errors)
-            answered.add(reply.silo)
-            return machine.views_complete or answered >= asked
-
-        tr.collect(batch, (EXPECT["view"], Refusal), on_view, deadline=lambda: end)
-
-    def _recover(
-        self, number: int, requests: list[Any], run: RoundRun, waits: Waits
-    ) -> RoundAborted | None:
-        """The recovery stage (after the survivor views where the silos sign their keys, and
-        with its evidence stage and retries) of round ``number`` (as the transport files it);
-        the abort if the views could not complete."""
-        machine, tr = self.machine, self.transport
-        signed = self._views(number, requests, run, tr.now() + waits.recovery)
-        if isinstance(signed, RoundAborted):
-            return signed
-        batch = tr.send(signed, stage="recovery", round_=number)
-        run.round_trips += 1
-        self._step("server_sum", machine.sum_uploads)  # the bulk of the decode, while it travels
-        end = tr.now() + waits.recovery
-        check_until: list[float] = []  # replies beyond U are checked: wait a little for them
-
-        def on_recovery(reply: Reply) -> bool:
-            self.take_reply("recovery", reply, run.errors, run.accused)
-            if machine.recovery_complete or machine.recovery_stuck:
-                return True
-            if machine.recovery_ready and not check_until:
-                check_until.append(tr.now() + waits.extra)
-            return bool(check_until) and tr.now() >= check_until[0]
-
-        def close() -> float:
-            return min([end, *check_until])
-
-        expect = (EXPECT["recovery"], Refusal)
-        tr.collect(batch, expect, on_recovery, deadline=close)
-        self._settle_disputes(number, run, end)
-        while not machine.recovery_ready:
-            # silos accused by max(T + 1, 2) survivors: ask the others again without them
-            again = self._step("server_retry", machine.retry_recovery)
-            if again is None:
-                break
-            self.log.warning(
-                "[coded-fl] round %d: silos accused by several others dropped from the "
-                "survivors (their mask shares failed authentication); asking %s again",
-                number,
-                list(again[0].survivors) if again else [],
-            )
-            signed = self._views(number, again, run, end)
-            if isinstance(signed, RoundAborted):
-                return signed
-            batch = tr.send(signed, stage="recovery", round_=number)
-            run.round_trips += 1
-            self._step("server_sum", machine.sum_uploads)  # over the new survivor set
-            check_until.clear()
-            tr.collect(batch, expect, on_recovery, deadline=close)
-            self._settle_disputes(number, run, end)
-        return None
-
-    def _settle_disputes(self, number: int, run: RoundRun, end: float) -> None:
-        """The evidence stage, only in a round with accusations: each accused silo is asked to
-        reveal the one disputed share's key; the machine judges each reveal as it comes, and
-        at the deadline (or once every accused answered) judges the rest against their
-        accused. Each verdict is in ``run.accused``, its liar among the round's offenders."""
-        machine, tr = self.machine, self.transport
-        asks = self._step("server_disputes", machine.reveal_requests)
-        if asks:
-            batch = tr.send(asks, stage="reveal", round_=number)
-            run.round_trips += 1
-            waiting = Counter(batch.silos)  # requests per accused silo
-
-            def on_reveal(reply: Reply) -> bool:
-                self.take_reply("reveal", reply, run.errors)
-                waiting[reply.silo] -= 1
-                return machine.disputes_settled or all(v <= 0 for v in waiting.values())
-
-            tr.collect(batch, (EXPECT["reveal"], Refusal), on_reveal, deadline=lambda: end)
-        for v in self._step("server_disputes", machine.close_disputes):
+        follow = _Follow(self, number if label is None else label, waits or Waits(), run, skip)
+        self._step("server_start", lambda: self.machine.open_round(number, inputs=inputs))
+        outcome = follow.run()
+        run.result = outcome.result if isinstance(outcome, RoundDone) else outcome  # type: ignore[assignment]
+        verdicts = run.result.verdicts if run.result is not None else ()
+        for v in verdicts:
             run.accused[v.accused] = (
                 f"silo {v.accuser} accused it in round {v.round}; judged on the evidence: silo "
                 f"{v.liar} lied ({v.reason})"
@@ -366,3 +231,164 @@ class ProtocolDriver:
                 v.liar,
                 v.reason,
             )
+        return run
+
+
+class _Follow:
+    """One key exchange or round: follows the machine's actions over the driver's transport,
+    on its clock. The waiting rules per stage are the driver's; the order is the machine's."""
+
+    def __init__(
+        self,
+        driver: ProtocolDriver,
+        tag: int,
+        waits: Waits,
+        run: RoundRun,
+        skip: frozenset[int] | set[int] = frozenset(),
+    ) -> None:
+        self.driver, self.machine, self.tr = driver, driver.machine, driver.transport
+        self.tag, self.waits, self.run_, self.skip = tag, waits, run, skip
+        self.t0 = self.tr.now()
+        self.end = math.inf
+        self.batch: Batch | None = None
+        self.asked: tuple[int, ...] = ()
+        self.retried: tuple[int, ...] | None = None
+
+    def run(self) -> KeysDone | RoundDone | RoundAborted:
+        """Follow the actions to the outcome."""
+        machine, driver = self.machine, self.driver
+        while True:
+            action = machine.next_action()
+            if isinstance(action, SendRequests):
+                self._send(action)
+            elif isinstance(action, Compute):
+                driver._step(action.step, machine.compute)
+            elif isinstance(action, Await):
+                if self.batch is None:
+                    raise LocalProtocolError("the machine awaits replies to nothing sent")
+                getattr(self, "_collect_" + action.stage.value)(self.batch)
+                if action.stage is Stage.TRAIN:
+                    self.run_.close_seconds = self.tr.now() - self.t0
+                try:
+                    driver._step(AFTER_WAIT[action.stage][0], machine.stop_waiting)
+                except CodedFLError as exc:
+                    if action.stage is not Stage.KEYS:
+                        raise
+                    # the close refused the exchange: too few silos would have keys
+                    raise KeyExchangeError(
+                        str(exc), self.asked, machine.keyed_in_exchange, self.run_.errors
+                    ) from None
+            else:
+                return action
+
+    def _send(self, action: SendRequests) -> None:
+        tr, waits = self.tr, self.waits
+        if action.retry and action.requests:
+            survivors = tuple(action.requests[0].survivors)  # type: ignore[attr-defined]
+            if survivors != self.retried:
+                self.retried = survivors
+                self.driver.log.warning(
+                    "[coded-fl] round %d: silos accused by several others dropped from the "
+                    "survivors (their mask shares failed authentication); asking %s again",
+                    self.tag,
+                    list(survivors),
+                )
+        self.batch = tr.send(list(action.requests), stage=action.stage.value, round_=self.tag)
+        if action.stage is Stage.KEYS:
+            self.asked = tuple(q.recipient for q in action.requests)
+        else:
+            self.run_.round_trips += 1
+        if action.deadline is Deadline.KEYS:
+            self.end = tr.now() + waits.keys
+        elif action.deadline is Deadline.ROUND:
+            self.end = self.t0 + waits.round
+        elif action.deadline is Deadline.RECOVERY:
+            self.end = tr.now() + waits.recovery
+
+    def _await(self) -> Await:
+        action = self.machine.next_action()
+        if not isinstance(action, Await):  # receive() never moves the flow on
+            raise LocalProtocolError(f"expected to be awaiting replies, not {action!r}")
+        return action
+
+    def _take(self, stage: str, reply: Reply, accused: dict[int, str] | None = None) -> None:
+        self.driver.take_reply(stage, reply, self.run_.errors, accused)
+
+    # ------------------------------------------------------------ the waits, per stage
+    def _collect_keys(self, batch: Batch) -> None:
+        errors = self.run_.errors
+
+        def on_reply(reply: Reply) -> bool:
+            self._take("keys", reply)
+            return len(errors) + self.machine.keys_received >= len(batch.silos)
+
+        self.tr.collect(batch, (EXPECT["keys"], Refusal), on_reply, deadline=lambda: self.end)
+
+    def _collect_train(self, batch: Batch) -> None:
+        machine, tr, notes = self.machine, self.tr, self.driver.notes
+        extra_until: list[float] = []
+        awaited = set(batch.silos) - set(self.skip) - set(machine.excluded)
+        answered: set[int] = set()
+        extra_replies = machine.config.extra_replies
+
+        def on_upload(reply: Reply) -> bool:
+            self._take("train", reply)
+            answered.add(reply.silo)
+            wait = self._await()
+            if wait.complete or (wait.ready and awaited <= answered):
+                return True
+            left = len(batch.silos) - len(notes.misconfigured) - len(notes.weight_refused)
+            if left < machine.config.min_uploads:
+                # too many silos refused because of a setting: no wait can complete the round
+                # (other failures may be transient, e.g. a node restarting: the round waits)
+                return True
+            if wait.ready and not extra_until:
+                extra_until.append(tr.now() + self.waits.extra)
+            return bool(extra_until) and (extra_replies == 0 or tr.now() >= extra_until[0])
+
+        tr.collect(
+            batch,
+            (EXPECT["train"], Refusal),
+            on_upload,
+            deadline=lambda: min([self.end, *extra_until]),
+        )
+
+    def _collect_view(self, batch: Batch) -> None:
+        asked, answered = set(batch.silos), set()
+
+        def on_view(reply: Reply) -> bool:
+            self._take("view", reply)
+            answered.add(reply.silo)
+            return self._await().complete or answered >= asked
+
+        self.tr.collect(batch, (EXPECT["view"], Refusal), on_view, deadline=lambda: self.end)
+
+    def _collect_recovery(self, batch: Batch) -> None:
+        tr = self.tr
+        check_until: list[float] = []  # replies beyond U are checked: wait a little for them
+
+        def on_recovery(reply: Reply) -> bool:
+            self._take("recovery", reply, self.run_.accused)
+            wait = self._await()
+            if wait.complete:
+                return True
+            if wait.ready and not check_until:
+                check_until.append(tr.now() + self.waits.extra)
+            return bool(check_until) and tr.now() >= check_until[0]
+
+        tr.collect(
+            batch,
+            (EXPECT["recovery"], Refusal),
+            on_recovery,
+            deadline=lambda: min([self.end, *check_until]),
+        )
+
+    def _collect_reveal(self, batch: Batch) -> None:
+        waiting = Counter(batch.silos)  # requests per accused silo
+
+        def on_reveal(reply: Reply) -> bool:
+            self._take("reveal", reply)
+            waiting[reply.silo] -= 1
+            return self._await().complete or all(v <= 0 for v in waiting.values())
+
+        self.tr.collect(batch, (EXPECT["reveal"], Refusal), on_reveal, deadline=lambda: self.end)

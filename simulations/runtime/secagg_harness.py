@@ -53,7 +53,6 @@ __all__ = [
     "Silo",
     "deterministic_entropy",
     "gaussian_partials",
-    "sign_views",
 ]
 
 #: partial update of ``partition`` in ``round``: the same tensor for every replica.
@@ -119,35 +118,6 @@ def deterministic_entropy(seed: int) -> Callable[[int], bytes]:
     """
     rng = random.Random(seed)
     return lambda n: rng.randbytes(n)
-
-
-def sign_views(server: ServerMachine, clients: Mapping[int, ClientMachine], requests: Any) -> Any:
-    """For tests that drive the machines by hand: where the silos sign their keys, what
-    ``close_collection`` (or ``retry_recovery``) returned are view requests; deliver them
-    through the codec and return :meth:`~coded_fl.secagg.server.ServerMachine.close_views`
-    (again while it asks for a smaller set). Anything else is returned as it is.
-
-    Parameters
-    ----------
-    server
-        The server machine.
-    clients
-        Silo -> its machine (a silo missing here signs nothing).
-    requests
-        What the server machine returned.
-
-    Returns
-    -------
-    list[RecoveryRequest] | RoundAborted | Any
-        The recovery requests (or the abort), or ``requests`` unchanged.
-    """
-    while isinstance(requests, list) and requests and isinstance(requests[0], ViewRequest):
-        for req in requests:
-            if req.recipient in clients:
-                reply = clients[req.recipient].receive(decode(encode(req)))
-                server.receive(decode(encode(reply)))
-        requests = server.close_views()
-    return requests
 
 
 def gaussian_partials(d: int, *, seed: int = 0, scale: float = 0.1) -> Partials:

@@ -33,9 +33,9 @@ from coded_fl.secagg.messages import (
 )
 from coded_fl.secagg.policy import ClientPolicy
 from coded_fl.vocabulary import TRAIN_KEY
-from simulations.runtime.secagg_harness import sign_views
 from strategies import CodedSecAgg
 from tests.adversarial.harness import AdversarialGrid, MachineAdversary, ServerView, change_record
+from tests.machine_helpers import sign_views
 from tests.unit.test_authenticated_keys import EVE, IDS, TRUST, substituted
 from tests.unit.test_strategy_faults import D
 from tests.unit.test_strategy_faults import _strategy as flower_strategy

@@ -37,9 +37,10 @@ from coded_fl.secagg.messages import (
 )
 from coded_fl.secagg.server import ServerMachine, ServerStage
 from coded_fl.secagg.views import view_statement
-from simulations.runtime.secagg_harness import Harness, sign_views
+from simulations.runtime.secagg_harness import Harness
 from tests.fuzz import examples
 from tests.fuzz.mutants import mutant
+from tests.machine_helpers import sign_views
 from tests.unit.test_survivor_views import CFG, harness
 
 LIMITS = Limits.for_config(CFG)

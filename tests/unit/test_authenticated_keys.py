@@ -44,7 +44,8 @@ from coded_fl.secagg.messages import (
     encode,
 )
 from coded_fl.secagg.policy import ClientPolicy
-from simulations.runtime.secagg_harness import Harness, sign_views
+from simulations.runtime.secagg_harness import Harness
+from tests.machine_helpers import sign_views
 
 CFG = ProtocolConfig(
     num_silos=4, num_stragglers=1, privacy_threshold=1, vector_length=8, run_id="auth"

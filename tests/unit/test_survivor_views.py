@@ -34,7 +34,8 @@ from coded_fl.secagg.messages import (
 )
 from coded_fl.secagg.server import ServerStage
 from coded_fl.secagg.views import view_statement
-from simulations.runtime.secagg_harness import Harness, Silo, sign_views
+from simulations.runtime.secagg_harness import Harness, Silo
+from tests.machine_helpers import sign_views
 
 #: one extra reply: a round waits for all five uploads, so S can lose a member and stay large
 CFG = ProtocolConfig(

@@ -42,7 +42,8 @@ from coded_fl.secagg.messages import (
     encode,
 )
 from coded_fl.secagg.server import RoundAborted
-from simulations.runtime.secagg_harness import Harness, Silo, sign_views
+from simulations.runtime.secagg_harness import Harness, Silo
+from tests.machine_helpers import sign_views
 
 CFG = ProtocolConfig(
     num_silos=5,

@@ -1,7 +1,12 @@
 """The server's side of the protocol as a sans-IO state machine.
 
-Theory of operation (``docs/protocol.md`` has the whole protocol and its proofs; the one caller
-that orders these calls is :class:`coded_fl.secagg.driver.ProtocolDriver`):
+A driver does not call the steps below itself: it opens a key exchange or a round
+(``open_key_exchange``, ``open_round``) and follows :meth:`ServerMachine.next_action`, which
+returns typed actions (:mod:`~coded_fl.secagg.server.actions`: send requests, compute, await
+replies, or the outcome); ``stop_waiting`` ends a wait and the machine's flow calls the next
+step (:data:`~coded_fl.secagg.server.actions.AFTER_WAIT`). The one driver is
+:class:`coded_fl.secagg.driver.ProtocolDriver`. The steps, in the order the flow calls them
+(``docs/protocol.md`` has the whole protocol and its proofs):
 
 - ``start_key_exchange`` -> KeyRequests; ``receive(KeyReply)``; ``close_key_exchange`` fixes the
   roster (once per run, again when membership changes).
@@ -52,10 +57,21 @@ the core every phase shares), :mod:`~coded_fl.secagg.server.keys`,
 :mod:`~coded_fl.secagg.server.collect` (train requests, edge keys, uploads),
 :mod:`~coded_fl.secagg.server.recovery` (with the survivor views),
 :mod:`~coded_fl.secagg.server.disputes`,
-:mod:`~coded_fl.secagg.server.decode`, and :mod:`~coded_fl.secagg.server.machine`, which puts
-them together with the constructor and ``receive``.
+:mod:`~coded_fl.secagg.server.decode`, :mod:`~coded_fl.secagg.server.actions` (the flow's typed
+actions and transitions), and :mod:`~coded_fl.secagg.server.machine`, which puts them together
+with the constructor, ``receive`` and the flow.
 """
 
+from coded_fl.secagg.server.actions import (
+    Action,
+    Await,
+    Compute,
+    Deadline,
+    KeysDone,
+    RoundDone,
+    SendRequests,
+    Stage,
+)
 from coded_fl.secagg.server.machine import ServerMachine
 from coded_fl.secagg.server.state import (
     DRIFT_TOLERANCE,
@@ -69,9 +85,17 @@ from coded_fl.secagg.server.state import (
 __all__ = [
     "DRIFT_TOLERANCE",
     "AbortCode",
+    "Action",
+    "Await",
+    "Compute",
+    "Deadline",
+    "KeysDone",
     "RoundAborted",
+    "RoundDone",
     "RoundResult",
+    "SendRequests",
     "ServerMachine",
     "ServerStage",
+    "Stage",
     "Verdict",
 ]

@@ -1,28 +1,50 @@
-"""The server machine: its phases put together, its constructor and its one entry point,
-``receive``, with the transition table."""
+"""The server machine: its phases put together, its constructor, its one entry point for
+messages, ``receive``, with the transition table, and its flow (:mod:`~coded_fl.secagg.server.
+actions`): ``open_key_exchange`` / ``open_round``, then ``next_action`` says what the driver
+does next, ``stop_waiting`` and ``compute`` move it on."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 
-from coded_fl.errors import ConfigurationError, RemoteProtocolError
+from coded_fl.errors import ConfigurationError, LocalProtocolError, RemoteProtocolError
 from coded_fl.secagg.config import ProtocolConfig
 from coded_fl.secagg.messages import (
     SERVER,
     KeyReply,
     Message,
     RecoveryReply,
+    RecoveryRequest,
     Refusal,
     Reveal,
     Upload,
     ViewReply,
+    ViewRequest,
+)
+from coded_fl.secagg.server.actions import (
+    AFTER_WAIT,
+    COMPUTE,
+    Action,
+    Await,
+    Compute,
+    Deadline,
+    KeysDone,
+    RoundDone,
+    SendRequests,
+    Stage,
 )
 from coded_fl.secagg.server.collect import CollectPhase
 from coded_fl.secagg.server.decode import DecodePhase
 from coded_fl.secagg.server.disputes import DisputePhase
 from coded_fl.secagg.server.keys import KeysPhase
 from coded_fl.secagg.server.recovery import RecoveryPhase
-from coded_fl.secagg.server.state import DRIFT_TOLERANCE, RoundState, ServerStage
+from coded_fl.secagg.server.state import (
+    DRIFT_TOLERANCE,
+    RoundAborted,
+    RoundResult,
+    RoundState,
+    ServerStage,
+)
 
 
 class ServerMachine(KeysPhase, CollectPhase, RecoveryPhase, DisputePhase, DecodePhase):
@@ -110,6 +132,13 @@ class ServerMachine(KeysPhase, CollectPhase, RecoveryPhase, DisputePhase, Decode
             (ServerStage.RECOVERING, Reveal): self._on_reveal,  # type: ignore[dict-item]
             (ServerStage.VIEWING, ViewReply): self._on_view_reply,  # type: ignore[dict-item]
         }
+        # the flow (next_action): requests not yet handed out, work to do, the wait under way,
+        # the outcome of the exchange or round; whether the recovery is a retry
+        self._outbox: SendRequests | None = None
+        self._work: str | None = None
+        self._waiting: Stage | None = None
+        self._outcome: KeysDone | RoundDone | RoundAborted | None = None
+        self._retrying = False
 
     def __repr__(self) -> str:
         return (
@@ -146,3 +175,160 @@ class ServerMachine(KeysPhase, CollectPhase, RecoveryPhase, DisputePhase, Decode
                 sender=msg.sender,
             )
         handler(msg)
+
+    # ------------------------------------------------------------------ the flow
+    def open_key_exchange(self, silos: Sequence[int] | None = None) -> None:
+        """Start a key exchange (:meth:`start_key_exchange`); :meth:`next_action` then says
+        what to do, until :class:`KeysDone`.
+
+        Parameters
+        ----------
+        silos
+            The silos to ask (default: all n).
+        """
+        requests = self.start_key_exchange(silos)
+        self._expect(SendRequests(Stage.KEYS, tuple(requests), Deadline.KEYS))
+
+    def open_round(self, number: int, *, inputs: bytes | Mapping[int, bytes] = b"") -> None:
+        """Start round ``number`` (:meth:`start_round`); :meth:`next_action` then says what to
+        do, until :class:`RoundDone` or :class:`RoundAborted`.
+
+        Parameters
+        ----------
+        number
+            The round (never reused in a session).
+        inputs
+            The digest of the training inputs (one for all, or one per silo).
+        """
+        requests = self.start_round(number, inputs=inputs)
+        self._expect(SendRequests(Stage.TRAIN, tuple(requests), Deadline.ROUND))
+
+    def next_action(self) -> Action:
+        """What the driver does next: requests to send, work to do, replies to await, or the
+        outcome (returned again until the next exchange or round opens).
+
+        Returns
+        -------
+        Action
+
+        Raises
+        ------
+        LocalProtocolError
+            If no key exchange or round was opened.
+        """
+        if self._outbox is not None:
+            out, self._outbox = self._outbox, None
+            return out
+        if self._work is not None:
+            return Compute(self._work)
+        if self._outcome is not None:
+            return self._outcome
+        stage = self._waiting
+        if stage is None:
+            raise LocalProtocolError("nothing under way: open a key exchange or a round first")
+        return Await(stage, *self._wait_flags(stage))
+
+    def stop_waiting(self) -> None:
+        """End the wait under way (every reply in, or the driver's deadline passed): the
+        machine closes the stage and says what follows (:data:`~coded_fl.secagg.server.
+        actions.AFTER_WAIT`).
+
+        Raises
+        ------
+        LocalProtocolError
+            If no wait is under way, or requests or work are still pending.
+        CodedFLError
+            The key exchange's close, if too few silos sent keys.
+        """
+        stage = self._waiting
+        if stage is None or self._outbox is not None or self._work is not None:
+            raise LocalProtocolError("no wait under way: follow next_action()")
+        self._waiting = None
+        getattr(self, AFTER_WAIT[stage][1])()
+
+    def compute(self) -> None:
+        """Do the work the pending :class:`Compute` names.
+
+        Raises
+        ------
+        LocalProtocolError
+            If no work is pending.
+        """
+        if self._work is None or self._outbox is not None:
+            raise LocalProtocolError("no work pending: follow next_action()")
+        step, self._work = self._work, None
+        getattr(self, COMPUTE[step])()
+
+    def _expect(self, send: SendRequests, *, work: str | None = None) -> None:
+        """Hand ``send`` out next, then ``work``, then await its stage's replies."""
+        if send.stage is Stage.TRAIN or send.stage is Stage.KEYS:
+            self._outcome, self._retrying = None, False
+        self._outbox, self._work, self._waiting = send, work, send.stage
+
+    def _wait_flags(self, stage: Stage) -> tuple[bool, bool]:
+        """(ready, complete) of the wait for ``stage``'s replies (see :class:`Await`)."""
+        if stage is Stage.KEYS:
+            return False, self.keys_received >= len(self._asked)
+        if stage is Stage.TRAIN:
+            return self.uploads_ready, self.uploads_complete
+        if stage is Stage.VIEW:
+            return False, self.views_complete
+        if stage is Stage.RECOVERY:
+            return self.recovery_ready, self.recovery_complete or self.recovery_stuck
+        return False, self.disputes_settled
+
+    def _next_requests(
+        self, requests: list[RecoveryRequest] | list[ViewRequest], *, renew: bool
+    ) -> None:
+        """Views to sign or recovery requests; ``renew``: their wait starts the recovery's
+        deadline (else it goes on under the one running)."""
+        viewing = bool(requests) and isinstance(requests[0], ViewRequest)
+        send = SendRequests(
+            Stage.VIEW if viewing else Stage.RECOVERY,
+            tuple(requests),
+            Deadline.RECOVERY if renew else Deadline.CONTINUE,
+            retry=self._retrying,
+        )
+        self._expect(send, work=None if viewing else "server_sum")
+
+    def _after_keys(self) -> None:
+        self._outcome = KeysDone(self.close_key_exchange())
+
+    def _after_collection(self) -> None:
+        out = self.close_collection()
+        if isinstance(out, RoundAborted):
+            self._outcome = out
+        elif not out:  # the masks cancel: decode at once
+            self._work = "server_finish"
+        else:  # the recovery's deadline starts here, views first where the silos sign keys
+            self._next_requests(out, renew=True)
+
+    def _after_views(self) -> None:
+        out = self.close_views()
+        if isinstance(out, RoundAborted):
+            self._outcome = out
+        else:  # a smaller set to sign goes on under the views' deadline; the recovery (not a
+            # retry's) starts its own
+            recovering = bool(out) and not isinstance(out[0], ViewRequest)
+            self._next_requests(out, renew=recovering and not self._retrying)
+
+    def _after_recovery(self) -> None:
+        asks = self.reveal_requests()
+        if asks:  # accusations: the evidence stage first
+            self._expect(SendRequests(Stage.REVEAL, tuple(asks), Deadline.CONTINUE))
+        else:
+            self._settle()
+
+    def _settle(self) -> None:
+        """Judge the accusations left, then decode, or ask again without convicted silos."""
+        self.close_disputes()
+        again = None if self.recovery_ready else self.retry_recovery()
+        if again is None:
+            self._work = "server_finish"
+        else:
+            self._retrying = True
+            self._next_requests(again, renew=False)
+
+    def _finish_round(self) -> None:
+        out = self.finish()
+        self._outcome = RoundDone(out) if isinstance(out, RoundResult) else out
