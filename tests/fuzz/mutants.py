@@ -69,15 +69,21 @@ def fields(raw: bytes) -> list[Field]:
                 pos += 4
                 for item in items:
                     blob(item)
-        if kind == 3:  # the aligned flag, the relayed edge keys, the deal instructions
+        if kind == 3:  # the aligned flag
             out.append(Field(pos, "id", "aligned flag"))
             pos += 1
-        # (TrainRequest) edge keys: dealer, q, h, box; deal: q, h, recipient
-        # (Upload) dealt: recipient, q, h, box; confirms: q, h, tag
-        groups = (
+        # the scheme's extension: its id byte (0: none; 1 EdgeKeyRequest, 2 EdgeKeyUpload)
+        ext = raw[pos] if pos < len(raw) else 0
+        out.append(Field(pos, "id", "extension id"))
+        pos += 1
+        # (EdgeKeyRequest) edge keys: dealer, q, h, box; deal: q, h, recipient
+        # (EdgeKeyUpload) dealt: recipient, q, h, box; confirms: q, h, tag
+        groups: list[tuple[str, bool | None]] = (
             [("edge_keys", True), ("deal", False)]
-            if kind == 3
+            if ext == 1
             else [("dealt", True), ("confirms", None)]
+            if ext == 2
+            else []
         )
         for name, boxed in groups:
             count = u32(pos)
