@@ -28,6 +28,11 @@ in ``codecs``. A TrainRequest and an Upload end with their masking scheme's exte
 registered reader reads); the schemes register theirs (:mod:`coded_fl.secagg.masking`).
 """
 
+from coded_fl.secagg.messages.extensions import (
+    ExtensionCodec,
+    MessageExtension,
+    register_extension,
+)
 from coded_fl.secagg.messages.framing import HEADER_BYTES
 from coded_fl.secagg.messages.records import (
     MAX_CONFIG_BYTES,
@@ -66,11 +71,13 @@ __all__ = [
     "TAG_ENTRY_BYTES",
     "TOKEN_BYTES",
     "VERSION",
+    "ExtensionCodec",
     "Header",
     "KeyReply",
     "KeyRequest",
     "Limits",
     "Message",
+    "MessageExtension",
     "RecoveryReply",
     "RecoveryRequest",
     "Refusal",
@@ -86,4 +93,5 @@ __all__ = [
     "encode_parts",
     "peek_header",
     "peek_type",
+    "register_extension",
 ]
