@@ -2,7 +2,8 @@
 
 The machines use it when the run's configuration says ``masking="aligned"``
 (``docs/protocol.md``, "One round trip with group-aligned masks"): the edge keys are dealt
-through the first rounds' messages, then every round is group-masked.
+through the first rounds' messages (the scheme's message extensions,
+:mod:`coded_fl.secagg.masking.aligned_wire`), then every round is group-masked.
 
 **Idea.** With the repetition code the server decodes from one reply per silo group, and every
 member i of group q sends the same combination :math:`G_q` (the sum of the group's partition

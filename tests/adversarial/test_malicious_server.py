@@ -24,6 +24,7 @@ from coded_fl.crypto import pairwise_key
 from coded_fl.errors import MaskReuseError, RemoteProtocolError, UntrustedKeyError
 from coded_fl.secagg import ClientMachine, ProtocolConfig, RoundResult
 from coded_fl.secagg.aligned import open_edge_key
+from coded_fl.secagg.masking.aligned_wire import request_edges, upload_edges
 from coded_fl.secagg.messages import (
     SERVER,
     RecoveryReply,
@@ -342,10 +343,10 @@ def test_substituted_keys_without_identity_keys_are_not_defended() -> None:
     adv = _signed("aligned", trust=False)
     cfg = adv.config
     requests = {q.recipient: q for q in adv.server.start_round(1)}
-    dealer, req = next((i, q) for i, q in requests.items() if q.deal)
-    q, h, recipient = req.deal[0]
+    dealer, req = next((i, q) for i, q in requests.items() if request_edges(q)[1])
+    q, h, recipient = request_edges(req)[1][0]
     _, up = adv.task_and_upload(dealer, substituted(req, recipient, EVE.public_bytes))
-    (box,) = [b for r, q_, h_, b in up.dealt if (r, q_, h_) == (recipient, q, h)]
+    (box,) = [b for r, q_, h_, b in upload_edges(up)[0] if (r, q_, h_) == (recipient, q, h)]
     key = pairwise_key(
         EVE, adv.server.roster[dealer], run_id=cfg.run_bytes, me=recipient, peer=dealer
     )

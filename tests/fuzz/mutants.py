@@ -69,15 +69,21 @@ def fields(raw: bytes) -> list[Field]:
                 pos += 4
                 for item in items:
                     blob(item)
-        if kind == 3:  # the aligned flag, the relayed edge keys, the deal instructions
-            out.append(Field(pos, "id", "aligned flag"))
+        # the aligned flag and the scheme's extension id byte (0: none; 1 EdgeKeyRequest,
+        # 2 EdgeKeyUpload): one byte each, aimed at as ids where four bytes follow
+        for name in ("aligned flag", "extension id") if kind == 3 else ("extension id",):
+            if pos + 4 <= len(raw):
+                out.append(Field(pos, "id", name))
             pos += 1
-        # (TrainRequest) edge keys: dealer, q, h, box; deal: q, h, recipient
-        # (Upload) dealt: recipient, q, h, box; confirms: q, h, tag
-        groups = (
+        ext = raw[pos - 1] if pos <= len(raw) else 0
+        # (EdgeKeyRequest) edge keys: dealer, q, h, box; deal: q, h, recipient
+        # (EdgeKeyUpload) dealt: recipient, q, h, box; confirms: q, h, tag
+        groups: list[tuple[str, bool | None]] = (
             [("edge_keys", True), ("deal", False)]
-            if kind == 3
+            if ext == 1
             else [("dealt", True), ("confirms", None)]
+            if ext == 2
+            else []
         )
         for name, boxed in groups:
             count = u32(pos)

@@ -3,13 +3,17 @@ one place, and a new scheme added as its own class plus one registry line.
 
 The test-only scheme below (no mask at all: never for real use) is all a new scheme needs:
 the machines, the driver and the wire are unchanged, and a round through the in-memory harness
-decodes the exact sum in one round trip, with no recovery stage.
+decodes the exact sum in one round trip, with no recovery stage. It carries a tiny Upload
+extension of its own (:class:`Note`), defined here and registered only through the scheme's
+registration, which travels through the real binary codec.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import struct
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import pytest
@@ -26,7 +30,28 @@ from coded_fl.secagg.masking import (
     register,
     resolve,
 )
+from coded_fl.secagg.messages import Limits, Message, Upload, decode, encode
+from coded_fl.secagg.messages.extensions import ExtensionCodec, MessageExtension
+from coded_fl.secagg.messages.framing import Parts, Reader
 from simulations.runtime.secagg_harness import Harness, Silo
+
+
+@dataclass(frozen=True)
+class Note(MessageExtension):
+    """TEST ONLY: the test scheme's Upload extension, the round its silo uploaded for."""
+
+    WIRE_ID: ClassVar[int] = 250
+    MESSAGE: ClassVar[type[Message] | None] = Upload
+    round: int = 0
+
+
+def _write_note(ext: Note, parts: Parts) -> None:
+    parts.append(struct.pack("<Q", ext.round))
+
+
+def _read_note(r: Reader, lim: Limits | None) -> Note:
+    (round_,) = r.unpack("<Q")
+    return Note(round=round_)
 
 
 class Unmasked(MaskingScheme):
@@ -34,6 +59,9 @@ class Unmasked(MaskingScheme):
 
     name: ClassVar[str] = "test-unmasked"
     always_cancels: ClassVar[bool] = True  # nothing to recover: every round, one round trip
+    upload_extension: ClassVar[ExtensionCodec | None] = ExtensionCodec(
+        Note, _write_note, _read_note
+    )
 
     def setup(self, code: GradientCode, privacy: int) -> tuple[tuple[int, int], ...]:
         if not isinstance(code, GroupCode):  # its decode reads one reply per group
@@ -48,10 +76,10 @@ class Unmasked(MaskingScheme):
         partials: Sequence[torch.Tensor],
         model_digest: bytes,
     ) -> tuple[torch.Tensor, dict[str, Any]]:
-        return machine.encode(cfg, task, partials, None), {}
+        return machine.encode(cfg, task, partials, None), {"extension": Note(round=task.round)}
 
 
-register(Unmasked())  # the one registry line
+register(Unmasked())  # the one registry line (it registers the Note's codec too)
 
 
 def _config(masking: str, code: str = "repetition", **kw: Any) -> ProtocolConfig:
@@ -83,11 +111,14 @@ def test_the_registry_holds_the_schemes_and_auto_is_resolved_in_one_place():
         register(type("Auto", (Unmasked,), {"name": "auto"})())
 
 
-def test_a_new_scheme_runs_rounds_through_the_unchanged_machines():
+def test_a_new_scheme_runs_rounds_through_the_unchanged_machines(monkeypatch):
     cfg = _config("test-unmasked")
     assert cfg.scheme.name == "test-unmasked" and not cfg.aligned  # no edge keys to deal
     h = Harness(cfg, seed=4)
     h.setup()
+    taken: list[Message] = []  # what the server machine was handed, decoded from the wire
+    receive = h.server.receive
+    monkeypatch.setattr(h.server, "receive", lambda m: (taken.append(m), receive(m))[1])
     for r in (1, 2):
         # two silos straggle: the round closes on the first n - s uploads
         out = h.run_round(r, {4: Silo(delay=5.0), 5: Silo(delay=6.0)})
@@ -96,6 +127,31 @@ def test_a_new_scheme_runs_rounds_through_the_unchanged_machines():
         assert torch.equal(res.aggregate, cfg.field.element(h.expected_total(r)))
         assert not res.responders  # no recovery stage: its masks "cancel"
         assert "recovery_request" not in out.sizes
+        # every upload the server took carried the scheme's extension, through the codec
+        ups = [m for m in taken if isinstance(m, Upload) and m.round == r]
+        assert len(ups) >= cfg.min_uploads and all(u.extension == Note(round=r) for u in ups)
+
+
+def test_the_schemes_extension_is_registered_with_it_and_refused_elsewhere():
+    from coded_fl.secagg.messages.extensions import _BY_ID
+
+    assert _BY_ID[Note.WIRE_ID] == Unmasked.upload_extension  # registered by register(...)
+    up = Upload(digest=b"12345678", round=3, sender=1, recipient=-1, extension=Note(round=3))
+    assert decode(encode(up)).extension == Note(round=3)  # type: ignore[attr-defined]
+    # a run of another scheme refuses an upload carrying the Note (blamed on the silo)
+    for masking in ("shares", "aligned"):
+        cfg = _config(masking)
+        h = Harness(cfg, seed=6)
+        h.setup()
+        (request, *_) = h.server.start_round(1)
+        c = h.clients[request.recipient]
+        task = c.on_train_request(request)
+        real = c.upload(task, [h.partials(1, k) for k in task.partitions])
+        forged = decode(encode(dataclasses.replace(real, extension=Note(round=1))))
+        with pytest.raises(RemoteProtocolError, match="Note") as err:
+            h.server.receive(forged)
+        assert err.value.sender == request.recipient
+        h.server.receive(real)  # the refusal changed nothing: the real upload is taken
 
 
 def test_a_silo_refuses_a_request_its_scheme_cannot_have_sent():

@@ -98,10 +98,10 @@ def _empty_items(msg: Upload | TrainRequest, count: int) -> bytes:
     raw = encode(
         type(msg)(**{**msg.__dict__, ("shares" if isinstance(msg, Upload) else "roster"): ()})
     )
-    # what follows the list when the edge fields are empty: an upload's two counts (dealt,
-    # confirms), a request's aligned flag and two counts (edge keys, deal)
-    assert not any(getattr(msg, f, ()) for f in ("dealt", "confirms", "edge_keys", "deal"))
-    tail = 8 if isinstance(msg, Upload) else 9
+    # what follows the list without a scheme extension: an upload's extension id byte (0),
+    # a request's aligned flag and extension id byte (0)
+    assert msg.extension is None
+    tail = 1 if isinstance(msg, Upload) else 2
     head, rest = raw[: -4 - tail], raw[-tail:]
     return head + struct.pack("<I", count) + struct.pack("<iI", 0, 0) * count + rest
 

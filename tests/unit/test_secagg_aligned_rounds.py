@@ -12,6 +12,7 @@ import torch
 
 from coded_fl.errors import ConfigurationError, NeedsKeysError, RemoteProtocolError
 from coded_fl.secagg import ClientMachine, ProtocolConfig, RoundResult
+from coded_fl.secagg.masking.aligned_wire import EdgeKeyRequest, request_edges
 from coded_fl.secagg.messages import decode, encode
 from simulations.runtime.secagg_harness import Harness, Silo
 
@@ -122,7 +123,7 @@ def test_a_silo_without_its_edge_keys_refuses_an_aligned_round_and_changes_nothi
     clients[2].edge_keys = {}
     before = clients[2].to_bytes()
     (req,) = [q for q in h.server.start_round(3) if q.recipient == 2]
-    assert req.aligned and not req.edge_keys  # its keys were confirmed: nothing to relay
+    assert req.aligned and not request_edges(req)[0]  # its keys were confirmed: nothing to relay
     with pytest.raises(RemoteProtocolError, match="lacks the keys") as err:
         clients[2].on_train_request(decode(encode(req)))
     assert not isinstance(err.value, NeedsKeysError)  # a straggler, not a rekey
@@ -148,14 +149,16 @@ def test_a_deal_to_a_silo_outside_the_edge_is_refused() -> None:
     h, clients = _dealt(cfg)
     (req,) = [q for q in h.server.start_round(3) if q.recipient == 0]
     # edge (0, 1) joins groups 0 and 1; silo 7 is in group 2
-    forged = dataclasses.replace(req, deal=((0, 1, 7),))
+    forged = dataclasses.replace(req, extension=EdgeKeyRequest(deal=((0, 1, 7),)))
     with pytest.raises(RemoteProtocolError, match="edge") as err:
         clients[0].on_train_request(forged)
     assert err.value.sender == -1
     # and a relayed key that names a dealer outside the edge
     box = (8, 0, 1, b"x" * 60)
     with pytest.raises(RemoteProtocolError, match="edge"):
-        clients[0].on_train_request(dataclasses.replace(req, edge_keys=(box,)))
+        clients[0].on_train_request(
+            dataclasses.replace(req, extension=EdgeKeyRequest(edge_keys=(box,)))
+        )
 
 
 def test_edge_keys_survive_the_silos_persistence() -> None:

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from coded_fl.errors import RemoteProtocolError
 from coded_fl.secagg import ProtocolConfig
+from coded_fl.secagg.masking.aligned_wire import EdgeKeyRequest, EdgeKeyUpload
 from coded_fl.secagg.messages import (
     HEADER_BYTES,
     MAX_CONFIG_BYTES,
@@ -74,8 +75,10 @@ def samples():
             recipient=2,
             roster=((0, b"a" * 32), (2, b"b" * 32)),
             aligned=True,
-            edge_keys=((0, 0, 1, b"e" * 60), (4, 1, 2, b"f" * 60)),
-            deal=((1, 2, 0), (1, 2, 5)),
+            extension=EdgeKeyRequest(
+                edge_keys=((0, 0, 1, b"e" * 60), (4, 1, 2, b"f" * 60)),
+                deal=((1, 2, 0), (1, 2, 5)),
+            ),
         ),
         Upload(
             digest=D,
@@ -83,8 +86,9 @@ def samples():
             sender=2,
             recipient=-1,
             masked=v,
-            dealt=((0, 1, 2, b"g" * 60),),
-            confirms=((0, 1, b"c" * 8), (1, 2, b"d" * 8)),
+            extension=EdgeKeyUpload(
+                dealt=((0, 1, 2, b"g" * 60),), confirms=((0, 1, b"c" * 8), (1, 2, b"d" * 8))
+            ),
         ),
     ]
 

@@ -18,6 +18,7 @@ from coded_fl.secagg.client.state import (
 )
 from coded_fl.secagg.config import ProtocolConfig
 from coded_fl.secagg.derive import request_digest
+from coded_fl.secagg.masking.aligned_wire import request_edges
 from coded_fl.secagg.messages import SERVER, TrainRequest
 
 
@@ -172,8 +173,9 @@ class TrainPhase(MachineCore):
             if who not in roster:
                 raise RemoteProtocolError(f"{what}: silo {who} is not in the roster", sender=SERVER)
 
+        relayed, deal = request_edges(msg)
         held = dict(self.edge_keys)
-        for dealer, q, h, box in msg.edge_keys:
+        for dealer, q, h, box in relayed:
             members((q, h), dealer, "a relayed edge key")
             held[(q, h)] = open_edge_key(
                 self._key_for(dealer, roster),
@@ -183,9 +185,9 @@ class TrainPhase(MachineCore):
                 recipient=silo,
                 edge=(q, h),
             )
-        for q, h, recipient in msg.deal:
+        for q, h, recipient in deal:
             members((q, h), recipient, "a deal instruction")
-        return held, tuple(msg.deal)
+        return held, tuple(deal)
 
     def _task_for(self, round_: int, request: bytes) -> TrainTask:
         """What this silo trains in ``round_``: its partitions, code row and rounding keys."""

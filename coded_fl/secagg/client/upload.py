@@ -26,6 +26,7 @@ from coded_fl.secagg.client.state import MAX_UNVERIFIED_ROUNDS, ClientStage, Tra
 from coded_fl.secagg.config import ProtocolConfig
 from coded_fl.secagg.derive import NONCE_BYTES, share_context
 from coded_fl.secagg.evidence import DERIVED, SEALED, share_purpose
+from coded_fl.secagg.masking.aligned_wire import EdgeKeyUpload
 from coded_fl.secagg.messages import SERVER, Upload
 
 
@@ -85,6 +86,8 @@ class UploadPhase(SealingCore):
             for (q, h), key in sorted(edge_keys.items())
         )
         masked, shared = cfg.scheme.upload(self, cfg, task, partials, bytes(model_digest))
+        if dealt or confirms:  # the edge keys travel in the aligned scheme's extension
+            shared = {**shared, "extension": EdgeKeyUpload(dealt=dealt, confirms=confirms)}
         # The recovery needs no per-round state but the inputs digest (a node that processes
         # two messages at once, as Flower's simulation engine does, could overwrite it with a
         # stale copy: the adapter keeps a copy of the uploads outside the state and gives it
@@ -99,8 +102,6 @@ class UploadPhase(SealingCore):
             sender=silo,
             recipient=SERVER,
             masked=masked,
-            dealt=dealt,
-            confirms=confirms,
             **shared,
         )
 

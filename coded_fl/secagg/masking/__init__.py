@@ -8,7 +8,8 @@
   otherwise. This is the one place that rule is written.
 
 A new scheme is a :class:`~coded_fl.secagg.masking.base.MaskingScheme` subclass in its own
-module and one :func:`register` line (``docs/architecture.md``; ``tests/unit/
+module (with its message extensions, if it has any) and one :func:`register` line, which
+registers the extensions' codecs too (``docs/architecture.md``; ``tests/unit/
 test_masking_registry.py`` adds a test-only scheme that way).
 
 >>> {'aligned', 'shares'} <= set(names())
@@ -22,6 +23,8 @@ from coded_fl.errors import ConfigurationError
 from coded_fl.secagg.masking.aligned import AlignedMasks
 from coded_fl.secagg.masking.base import MaskingScheme
 from coded_fl.secagg.masking.shares import SharedMasks
+from coded_fl.secagg.messages import TrainRequest, Upload
+from coded_fl.secagg.messages.extensions import register_extension
 
 __all__ = ["AlignedMasks", "MaskingScheme", "SharedMasks", "names", "register", "resolve"]
 
@@ -44,11 +47,24 @@ def register(scheme: MaskingScheme) -> MaskingScheme:
     Raises
     ------
     ConfigurationError
-        If the name is empty, ``"auto"`` or taken by another scheme.
+        If the name is empty, ``"auto"`` or taken by another scheme, or an extension of the
+        scheme does not travel on its message type or takes another extension's wire id.
     """
     name = scheme.name
     if not name or name == "auto" or _SCHEMES.get(name, scheme) is not scheme:
         raise ConfigurationError(f"a masking scheme needs a new name other than 'auto': {name!r}")
+    for codec, message in (
+        (scheme.request_extension, TrainRequest),
+        (scheme.upload_extension, Upload),
+    ):
+        if codec is not None and codec.cls.MESSAGE is not message:
+            raise ConfigurationError(
+                f"masking scheme {name!r}: extension {codec.cls.__name__} must travel on "
+                f"{message.__name__}"
+            )
+    for codec in (scheme.request_extension, scheme.upload_extension):
+        if codec is not None:
+            register_extension(*codec)
     _SCHEMES[name] = scheme
     return scheme
 

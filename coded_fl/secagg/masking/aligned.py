@@ -4,6 +4,8 @@ round once the edge keys are dealt (the math: :mod:`coded_fl.secagg.aligned`).
 Until every mask-graph edge has a key that its silos confirmed, rounds are secret-shared
 (:class:`~coded_fl.secagg.masking.shares.SharedMasks`) and their messages deal the keys; from
 then on every member of a group adds the group's mask, and the masks cancel in the decode.
+The edge keys travel in the scheme's message extensions
+(:mod:`~coded_fl.secagg.masking.aligned_wire`).
 """
 
 from __future__ import annotations
@@ -16,7 +18,9 @@ import torch
 from coded_fl.codes import GradientCode, GroupCode
 from coded_fl.errors import ConfigurationError
 from coded_fl.secagg.aligned import mask_graph
+from coded_fl.secagg.masking.aligned_wire import EDGE_KEY_REQUEST, EDGE_KEY_UPLOAD
 from coded_fl.secagg.masking.shares import SharedMasks
+from coded_fl.secagg.messages.extensions import ExtensionCodec
 
 if TYPE_CHECKING:
     from coded_fl.secagg.client.state import TrainTask
@@ -34,10 +38,16 @@ class AlignedMasks(SharedMasks):
     ----------
     name, edge_keys, always_cancels
         As for :class:`~coded_fl.secagg.masking.base.MaskingScheme`.
+    request_extension, upload_extension
+        :class:`~coded_fl.secagg.masking.aligned_wire.EdgeKeyRequest` (relayed keys, deals)
+        and :class:`~coded_fl.secagg.masking.aligned_wire.EdgeKeyUpload` (dealt keys,
+        confirmations).
     """
 
     name: ClassVar[str] = "aligned"
     edge_keys: ClassVar[bool] = True
+    request_extension: ClassVar[ExtensionCodec | None] = EDGE_KEY_REQUEST
+    upload_extension: ClassVar[ExtensionCodec | None] = EDGE_KEY_UPLOAD
 
     def setup(self, code: GradientCode, privacy: int) -> tuple[tuple[int, int], ...]:
         """The mask graph over the code's silo groups (the repetition code only).

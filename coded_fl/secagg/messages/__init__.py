@@ -23,9 +23,16 @@ side by side, in one registry, from which the type bytes' map is derived; the ev
 view stages' pairs in :mod:`~coded_fl.secagg.messages.stage_codecs`) and
 :mod:`~coded_fl.secagg.messages.wire` (:func:`encode`, :func:`decode`, :func:`peek_header`).
 A new message type is a dataclass in ``records`` and a writer/reader pair and one registry line
-in ``codecs``.
+in ``codecs``. A TrainRequest and an Upload end with their masking scheme's extension, if any
+(:mod:`~coded_fl.secagg.messages.extensions`: an id byte, 0 for none, and the body its
+registered reader reads); the schemes register theirs (:mod:`coded_fl.secagg.masking`).
 """
 
+from coded_fl.secagg.messages.extensions import (
+    ExtensionCodec,
+    MessageExtension,
+    register_extension,
+)
 from coded_fl.secagg.messages.framing import HEADER_BYTES
 from coded_fl.secagg.messages.records import (
     MAX_CONFIG_BYTES,
@@ -64,11 +71,13 @@ __all__ = [
     "TAG_ENTRY_BYTES",
     "TOKEN_BYTES",
     "VERSION",
+    "ExtensionCodec",
     "Header",
     "KeyReply",
     "KeyRequest",
     "Limits",
     "Message",
+    "MessageExtension",
     "RecoveryReply",
     "RecoveryRequest",
     "Refusal",
@@ -84,4 +93,5 @@ __all__ = [
     "encode_parts",
     "peek_header",
     "peek_type",
+    "register_extension",
 ]

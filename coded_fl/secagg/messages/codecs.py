@@ -2,7 +2,8 @@
 
 A writer appends the body's pieces after the header; the reader of the same type, right below
 it, checks every count and length against the bytes left and the receiver's :class:`Sizes`
-before it builds anything."""
+before it builds anything. A TrainRequest and an Upload end with their masking scheme's
+extension, if any (:mod:`~coded_fl.secagg.messages.extensions`)."""
 
 from __future__ import annotations
 
@@ -13,11 +14,10 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from coded_fl.crypto import SEAL_OVERHEAD
 from coded_fl.errors import InputError, RemoteProtocolError
-from coded_fl.secagg.aligned import EDGE_KEY_BYTES
-from coded_fl.secagg.derive import CONFIRM_BYTES, CONTEXT_BYTES
+from coded_fl.secagg.derive import CONTEXT_BYTES
 from coded_fl.secagg.evidence import SIGNATURE_SIZES
+from coded_fl.secagg.messages.extensions import read_extension, write_extension
 from coded_fl.secagg.messages.framing import (
     Head,
     Parts,
@@ -71,10 +71,7 @@ class Sizes:
     key_size: int | None = None
     share_sizes: tuple[int, ...] | None = None
     tag_sizes: tuple[int, ...] | None = None
-    tag_size: int | None = None
     silos: int | None = None
-    edges: int | None = None
-    box_size: int | None = None
 
     @classmethod
     def of(cls, lim: Limits | None) -> Sizes:
@@ -91,10 +88,7 @@ class Sizes:
             key_size=lim.public_key_bytes,
             share_sizes=signed_sizes(lim.sealed_share_bytes),
             tag_sizes=signed_sizes(TAG_ENTRY_BYTES),
-            tag_size=CONFIRM_BYTES,
             silos=lim.silos,
-            edges=lim.edges,
-            box_size=EDGE_KEY_BYTES + SEAL_OVERHEAD,
         )
 
 
@@ -137,10 +131,8 @@ def _write_train_request(msg: TrainRequest, parts: Parts) -> None:
         struct.pack("<i", s) + blob_bytes(k) + blob_bytes(i) + blob_bytes(g)
         for (s, k), (i, g) in zip(msg.roster, creds, strict=True)
     ]
-    parts.append(struct.pack("<BI", int(bool(msg.aligned)), len(msg.edge_keys)))
-    parts += [struct.pack("<iII", d, q, h) + blob_bytes(b) for d, q, h, b in msg.edge_keys]
-    parts.append(struct.pack("<I", len(msg.deal)))
-    parts += [struct.pack("<IIi", q, h, r) for q, h, r in msg.deal]
+    parts.append(struct.pack("<B", int(bool(msg.aligned))))
+    write_extension(msg, parts)
 
 
 def _read_train_request(r: Reader, head: Head, lim: Limits | None, sz: Sizes) -> Message:
@@ -153,17 +145,12 @@ def _read_train_request(r: Reader, head: Head, lim: Limits | None, sz: Sizes) ->
     (flag,) = r.unpack("<B")
     if flag > 1:
         raise RemoteProtocolError(f"aligned flag {flag} is not 0 or 1")
-    n = r.count(16, sz.edges, "relayed edge keys")
-    edge_keys = tuple((*r.unpack("<iII"), r.blob(sz.box_size, "sealed edge key")) for _ in range(n))
-    n = r.count(12, None if sz.edges is None else sz.edges * lim.silos, "deal")  # type: ignore[union-attr]
-    deal = tuple(r.unpack("<IIi") for _ in range(n))
     return TrainRequest(
         **head,
         roster=roster,
         credentials=creds,
         aligned=bool(flag),
-        edge_keys=edge_keys,  # type: ignore[arg-type]
-        deal=deal,  # type: ignore[arg-type]
+        extension=read_extension(r, TrainRequest, lim),
     )
 
 
@@ -176,10 +163,7 @@ def _write_upload(msg: Upload, parts: Parts) -> None:
     parts += [struct.pack("<i", r) + blob_bytes(c) for r, c in msg.tags]
     parts.append(struct.pack("<I", len(msg.shares)))
     parts += [struct.pack("<i", r) + blob_bytes(c) for r, c in msg.shares]
-    parts.append(struct.pack("<I", len(msg.dealt)))
-    parts += [struct.pack("<iII", r, q, h) + blob_bytes(b) for r, q, h, b in msg.dealt]
-    parts.append(struct.pack("<I", len(msg.confirms)))
-    parts += [struct.pack("<II", q, h) + blob_bytes(t) for q, h, t in msg.confirms]
+    write_extension(msg, parts)
 
 
 def _read_upload(r: Reader, head: Head, lim: Limits | None, sz: Sizes) -> Message:
@@ -200,18 +184,13 @@ def _read_upload(r: Reader, head: Head, lim: Limits | None, sz: Sizes) -> Messag
     tags = tuple((r.unpack("<i")[0], r.blob_in(sz.tag_sizes, "tag entry")) for _ in range(n))
     n = r.count(8, sz.silos, "shares")
     shares = tuple((r.unpack("<i")[0], r.blob_in(sz.share_sizes, "sealed share")) for _ in range(n))
-    n = r.count(16, None if sz.edges is None else sz.edges * lim.silos, "dealt edge keys")  # type: ignore[union-attr]
-    dealt = tuple((*r.unpack("<iII"), r.blob(sz.box_size, "sealed edge key")) for _ in range(n))
-    n = r.count(12, sz.edges, "edge confirmations")
-    confirms = tuple((*r.unpack("<II"), r.blob(sz.tag_size, "edge tag")) for _ in range(n))
     return Upload(
         **head,
         masked=masked,
         shares=shares,
         context=context,
         tags=tags,
-        dealt=dealt,  # type: ignore[arg-type]
-        confirms=confirms,  # type: ignore[arg-type]
+        extension=read_extension(r, Upload, lim),
     )
 
 

@@ -13,20 +13,23 @@ from coded_fl.codes.repetition import GroupCode
 from coded_fl.crypto import KEY_BYTES
 from coded_fl.secagg.derive import CONFIRM_BYTES, CONTEXT_BYTES
 from coded_fl.secagg.evidence import EPHEMERAL_BYTES, sealed_payload_bytes
+from coded_fl.secagg.messages.extensions import MessageExtension
 
 if TYPE_CHECKING:
     from coded_fl.secagg.config import ProtocolConfig
 
 
 MAGIC = b"CFL"
-VERSION = 8  # 2: seed-derived mask shares (context, tags, tokens); 3: group-aligned masks;
+VERSION = 9  # 2: seed-derived mask shares (context, tags, tokens); 3: group-aligned masks;
 # 4: group masks bound to a BLAKE3 digest of the model (was SHA-256); 5: the digest covers the
 # train spec and the user's config record too (clients.mod._model_digest); 6: signed keys (an
 # identity key and an endorsement with every KeyReply and relayed roster entry); 7: verifiable
 # accusations (every share entry carries its ephemeral key and, with an identity, its sender's
 # signature; a refusal carries its accusation's signature; RevealRequest and Reveal), every
 # share's key and sealed box bound to the digest of the round's training inputs; 8: survivor
-# views (ViewRequest, ViewReply; a RecoveryRequest carries every survivor's signed view)
+# views (ViewRequest, ViewReply; a RecoveryRequest carries every survivor's signed view);
+# 9: scheme-owned message extensions (a TrainRequest's and an Upload's masking fields follow
+# the shared ones as an extension id byte and body: the aligned scheme's edge keys)
 SERVER = -1
 
 
@@ -65,11 +68,11 @@ class KeyReply(Message):
 class TrainRequest(Message):
     """Server -> silo: start round ``round``; ``roster`` is (silo, public key) of every member.
 
-    With ``masking="aligned"`` (:mod:`coded_fl.secagg.aligned`): ``aligned`` says whether this
-    round uses the group masks (one round trip) or the shared masks; ``edge_keys`` relays the
-    edge keys other silos sealed for this one, as (dealer, q, h, box); ``deal`` asks this silo
-    to seal its key of edge (q, h) for ``recipient`` in its upload, as (q, h, recipient) (a
-    dealer without the key makes it first).
+    ``aligned`` says whether this round's masks cancel in the decode (one round trip, no
+    recovery stage: with ``masking="aligned"``, the group masks) or not; ``extension`` holds the
+    masking scheme's own fields, if it has any (:class:`MessageExtension`; the aligned scheme's
+    relayed edge keys and deal instructions:
+    :class:`~coded_fl.secagg.masking.aligned_wire.EdgeKeyRequest`).
 
     ``credentials``: per roster entry, in order, the (identity key, endorsement) its silo sent
     with its key (``(b"", b"")`` for an unsigned one); empty when no entry is signed.
@@ -79,8 +82,7 @@ class TrainRequest(Message):
     roster: tuple[tuple[int, bytes], ...] = ()
     credentials: tuple[tuple[bytes, bytes], ...] = ()
     aligned: bool = False
-    edge_keys: tuple[tuple[int, int, int, bytes], ...] = ()
-    deal: tuple[tuple[int, int, int], ...] = ()
+    extension: MessageExtension | None = None
 
 
 @dataclass(frozen=True, eq=False)
@@ -89,17 +91,16 @@ class Upload(Message):
     one key-confirmation tag per member of its derived set (its own included), and one sealed
     mask share per other member (see :mod:`coded_fl.secagg.derive`). Each tag and each sealed
     share is an *entry* (:class:`coded_fl.secagg.evidence.Entry`): the share's ephemeral
-    public key, the tag or box, and with an identity the sender's signature."""
+    public key, the tag or box, and with an identity the sender's signature. ``extension``
+    holds the masking scheme's own fields, if it has any (the aligned scheme's dealt edge keys
+    and confirmations: :class:`~coded_fl.secagg.masking.aligned_wire.EdgeKeyUpload`)."""
 
     TYPE: ClassVar[int] = 4
     masked: torch.Tensor = field(default_factory=lambda: torch.empty(0, dtype=torch.uint32))
     shares: tuple[tuple[int, bytes], ...] = ()
     context: bytes = b""
     tags: tuple[tuple[int, bytes], ...] = ()
-    #: edge keys sealed as the request's ``deal`` asked: (recipient, q, h, box)
-    dealt: tuple[tuple[int, int, int, bytes], ...] = ()
-    #: one key-confirmation tag per edge key the silo holds: (q, h, tag)
-    confirms: tuple[tuple[int, int, bytes], ...] = ()
+    extension: MessageExtension | None = None
 
 
 @dataclass(frozen=True)
@@ -277,9 +278,9 @@ class Limits:
     public_key_bytes
         32: the size of every X25519 public key.
     edges
-        The mask graph's edges (``masking="aligned"``; 0 otherwise): a request relays and an
-        upload confirms at most that many edge keys, and a ``deal`` or ``dealt`` list has at
-        most that many times n entries.
+        The mask graph's edges (``masking="aligned"``; 0 otherwise): the aligned scheme's
+        extensions relay and confirm at most that many edge keys, and deal at most that many
+        times n (:mod:`coded_fl.secagg.masking.aligned_wire`).
     comparisons
         With a group code (the repetition code): n - g, the most group comparisons a request
         with more than n - s survivors asks for besides row 0 (0 for other codes).

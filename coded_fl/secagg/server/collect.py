@@ -11,6 +11,7 @@ from coded_fl.secagg.aligned import EDGE_KEY_BYTES, EDGE_TAG_BYTES, edge_silos, 
 from coded_fl.secagg.derive import CONFIRM_BYTES, CONTEXT_BYTES
 from coded_fl.secagg.evidence import DERIVED, SEALED, Entry, sealed_payload_bytes, share_statement
 from coded_fl.secagg.identity import verify_signature
+from coded_fl.secagg.masking.aligned_wire import EdgeKeyRequest, upload_edges
 from coded_fl.secagg.messages import SERVER, TrainRequest, Upload
 from coded_fl.secagg.server.state import LATE_ROUNDS, MachineCore, RoundState, ServerStage
 
@@ -60,7 +61,6 @@ class CollectPhase(MachineCore):
         self._bar_next = frozenset()
         self.last_round = number
         self.stage = ServerStage.COLLECTING
-        relay = self._relay  # kept until confirmed: a silo that missed it gets it again
         return [
             TrainRequest(
                 digest=cfg.digest,
@@ -70,14 +70,22 @@ class CollectPhase(MachineCore):
                 roster=roster,
                 credentials=credentials,
                 aligned=aligned,
-                edge_keys=tuple(
-                    (dealer, q, h, box)
-                    for (q, h), (dealer, box) in sorted(relay.get(s, {}).items())
-                ),
-                deal=tuple(sorted(deal.get(s, ()))),
+                extension=self._edge_request(s, deal),
             )
             for s, _ in roster
         ]
+
+    def _edge_request(
+        self, silo: int, deal: dict[int, set[tuple[int, int, int]]]
+    ) -> EdgeKeyRequest | None:
+        """The edge keys relayed to ``silo`` (kept until it confirms them: a silo that missed
+        them gets them again) and its deal instructions; None when there are neither."""
+        edge_keys = tuple(
+            (dealer, q, h, box)
+            for (q, h), (dealer, box) in sorted(self._relay.get(silo, {}).items())
+        )
+        mine = tuple(sorted(deal.get(silo, ())))
+        return EdgeKeyRequest(edge_keys=edge_keys, deal=mine) if edge_keys or mine else None
 
     def _edge_members(self, edge: tuple[int, int]) -> list[int]:
         return sorted(edge_silos(self.config.group_code.groups, edge) & self.roster.keys())
@@ -161,15 +169,13 @@ class CollectPhase(MachineCore):
         """Check an upload's dealt boxes (only the deals its request asked for) and edge
         confirmations (edges at its group, tags of the right size); raises before any change."""
         cfg = self.config
+        cfg.scheme.check_extension(msg, sender=msg.sender)
         if not cfg.aligned:
-            if msg.dealt or msg.confirms:
-                raise RemoteProtocolError(
-                    "edge keys in a run without masking='aligned'", sender=msg.sender
-                )
             return
+        dealt, confirms = upload_edges(msg)
         asked = deal.get(msg.sender, frozenset())
         seen = set()
-        for recipient, q, h, box in msg.dealt:
+        for recipient, q, h, box in dealt:
             if (q, h, recipient) not in asked or (q, h, recipient) in seen:
                 raise RemoteProtocolError(
                     f"dealt edge key {(q, h)} for silo {recipient} was not asked for",
@@ -179,13 +185,13 @@ class CollectPhase(MachineCore):
             if len(box) != EDGE_KEY_BYTES + SEAL_OVERHEAD:
                 raise RemoteProtocolError("a sealed edge key has the wrong size", sender=msg.sender)
         mine = {e for e, _ in incident(cfg.mask_edges, cfg.group_code.group_of(msg.sender))}
-        edges = [(q, h) for q, h, _ in msg.confirms]
+        edges = [(q, h) for q, h, _ in confirms]
         if len(set(edges)) != len(edges) or not set(edges) <= mine:
             raise RemoteProtocolError(
                 f"edge confirmations must name distinct edges at its group, got {edges}",
                 sender=msg.sender,
             )
-        if any(len(t) != EDGE_TAG_BYTES for _, _, t in msg.confirms):
+        if any(len(t) != EDGE_TAG_BYTES for _, _, t in confirms):
             raise RemoteProtocolError(
                 f"an edge confirmation is not {EDGE_TAG_BYTES} bytes", sender=msg.sender
             )
@@ -193,11 +199,12 @@ class CollectPhase(MachineCore):
     def _take_edge_fields(self, msg: Upload) -> None:
         if not self.config.aligned:
             return
-        self._edge_tags[msg.sender] = {(q, h): bytes(t) for q, h, t in msg.confirms}
+        dealt, confirms = upload_edges(msg)
+        self._edge_tags[msg.sender] = {(q, h): bytes(t) for q, h, t in confirms}
         pending = self._relay.get(msg.sender, {})
         for edge in self._edge_tags[msg.sender]:  # confirmed: no need to relay it again
             pending.pop(edge, None)
-        for recipient, q, h, box in msg.dealt:
+        for recipient, q, h, box in dealt:
             self._relay.setdefault(recipient, {})[(q, h)] = (msg.sender, bytes(box))
 
     def _on_upload(self, msg: Upload) -> None:
