@@ -232,7 +232,24 @@ def coded_secagg_settings(run_config: Mapping[str, Any]) -> dict[str, Any]:
 
 class FlatSettings(TypedDict, total=False):
     """``CodedSecAgg``'s flat keywords: each sets one field of
-    :class:`strategies.ProtocolSettings` or :class:`strategies.Timeouts` (:data:`KEYWORDS`)."""
+    :class:`strategies.ProtocolSettings` or :class:`strategies.Timeouts` (:data:`KEYWORDS`).
+
+    Attributes
+    ----------
+    num_stragglers, privacy_threshold, recovery_threshold, num_silos, clip_range
+        The :class:`strategies.ProtocolSettings` fields of those names.
+    adaptive_clip, clip_quorum, max_clip_range, scale, max_weight, code, masking
+        The :class:`strategies.ProtocolSettings` fields of those names.
+    extra_replies, extra_wait, headroom_bits, max_erased_fraction, drift_tolerance
+        The :class:`strategies.ProtocolSettings` fields of those names.
+    max_aborted_rounds, dp
+        The :class:`strategies.ProtocolSettings` fields of those names.
+    round_timeout, recovery_timeout, key_timeout, node_wait_timeout, evaluate_timeout
+        :class:`strategies.Timeouts`' ``round``, ``recovery``, ``key``, ``node_wait``,
+        ``evaluate``.
+    poll_interval
+        :class:`strategies.Timeouts`' ``poll_interval``.
+    """
 
     num_stragglers: int
     privacy_threshold: int
