@@ -93,7 +93,8 @@ class CodedSecAgg(RunLifecycle, WrapperInterface):
     Attributes
     ----------
     protocol, timeouts
-        The settings objects in force (read-only; a run reads them when it starts).
+        The settings objects in force (frozen: the flat keywords are applied to them here,
+        and a run reads them when it starts).
 
     Raises
     ------
