@@ -5,6 +5,7 @@ error:
 
 - :class:`ConfigurationError`: a setting is invalid; the message names the setting and says
   what to change it to. Raised when a configuration is made, before any data moves.
+  :class:`UnknownSettingError` (also a ``TypeError``): a keyword that names no setting.
 - :class:`InputError`: the caller handed us data we refuse (NaN in an update, a vector of the
   wrong length, a field element out of range). The caller's bug or the caller's data.
 - :class:`LocalProtocolError`: our own side was driven wrongly (a server or client state machine
@@ -33,6 +34,7 @@ __all__ = [
     "NeedsKeysError",
     "RemoteProtocolError",
     "RunAbortedError",
+    "UnknownSettingError",
     "UntrustedKeyError",
     "WeightBoundError",
 ]
@@ -44,6 +46,11 @@ class CodedFLError(Exception):
 
 class ConfigurationError(CodedFLError, ValueError):
     """A setting is invalid. The message names the setting and the value that would work."""
+
+
+class UnknownSettingError(ConfigurationError, TypeError):
+    """A keyword that names no setting: a :class:`ConfigurationError` and, as Python says of an
+    unexpected keyword argument, a ``TypeError``. The message names the valid settings."""
 
 
 class InputError(CodedFLError, ValueError):

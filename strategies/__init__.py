@@ -1,12 +1,13 @@
 """Server side Flower adapter of coded-fl.
 
->>> from strategies import CodedSecAgg, ShuffleRelay
+>>> from strategies import CodedSecAgg, ProtocolSettings, ShuffleRelay, Timeouts
 """
 
 from .coded_secagg import CodedSecAgg, RoundReport
 from .composable import NotComposableError
 from .legacy import CodedSecAggWorkflow, LegacyStrategy, coded_server_app
 from .placement import ShuffledTraining
+from .settings import ProtocolSettings, Timeouts
 from .shuffle import ShuffleRelay
 
 __all__ = [
@@ -14,8 +15,10 @@ __all__ = [
     "CodedSecAggWorkflow",
     "LegacyStrategy",
     "NotComposableError",
+    "ProtocolSettings",
     "RoundReport",
     "ShuffleRelay",
     "ShuffledTraining",
+    "Timeouts",
     "coded_server_app",
 ]

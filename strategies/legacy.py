@@ -42,6 +42,7 @@ from coded_fl.errors import ConfigurationError
 from .coded_secagg import CodedSecAgg
 from .driver import RoundDriver
 from .legacy_strategy import LegacyStrategy, _named
+from .settings import ProtocolSettings, Timeouts
 
 __all__ = ["CodedSecAggWorkflow", "LegacyStrategy", "coded_server_app"]
 
@@ -59,13 +60,16 @@ class CodedSecAggWorkflow:
 
     Parameters
     ----------
-    num_stragglers, privacy_threshold
-        s and T, as for :class:`CodedSecAgg`.
+    protocol, timeouts
+        The settings objects, as for :class:`CodedSecAgg` (:class:`strategies.ProtocolSettings`,
+        :class:`strategies.Timeouts`).
     timeout
         Caps every stage deadline of the run (seconds).
     **settings
-        Any other :class:`CodedSecAgg` setting (``num_silos``, ``clip_range``, ``max_weight``,
-        ``metric_keys``, ``code``, ``round_timeout``, ...).
+        Any other :class:`CodedSecAgg` keyword: the flat settings (``num_stragglers``,
+        ``privacy_threshold``, ``num_silos``, ``clip_range``, ``max_weight``, ``code``,
+        ``round_timeout``, ...; they override the objects' fields), ``metric_keys``,
+        ``progress``.
 
     Raises
     ------
@@ -77,16 +81,18 @@ class CodedSecAggWorkflow:
     def __init__(
         self,
         *,
-        num_stragglers: int,
-        privacy_threshold: int,
+        protocol: ProtocolSettings | None = None,
+        timeouts: Timeouts | None = None,
         timeout: float = 3600.0,
         **settings: Any,
     ) -> None:
-        self.settings = dict(
-            num_stragglers=num_stragglers, privacy_threshold=privacy_threshold, **settings
-        )
+        # settings checked now, and kept as the two objects they give
+        checked = CodedSecAgg(LegacyStrategy(legacy.FedAvg()), protocol, timeouts, **settings)
+        self.protocol, self.timeouts = checked.protocol, checked.timeouts
+        self.options: dict[str, Any] = {
+            k: settings[k] for k in ("metric_keys", "progress") if k in settings
+        }
         self.timeout = float(timeout)
-        CodedSecAgg(LegacyStrategy(legacy.FedAvg()), **self.settings)  # settings checked now
         self.coded: CodedSecAgg | None = None
         self._driver: RoundDriver | None = None
         self._context: Context | None = None
@@ -114,7 +120,9 @@ class CodedSecAggWorkflow:
         r = int(cast(int, cfg[Key.CURRENT_ROUND]))
         arrays = _named(context.state.array_records[MAIN_PARAMS_RECORD])
         if self._driver is None or self._context is not context or r == 1:
-            self.coded = CodedSecAgg(LegacyStrategy(context.strategy), **self.settings)
+            self.coded = CodedSecAgg(
+                LegacyStrategy(context.strategy), self.protocol, self.timeouts, **self.options
+            )
             LOG.info("Starting %s (legacy workflow):", type(self.coded).__name__)
             self.coded.summary()
             self._driver = self.coded.prepare(grid, arrays, timeout=self.timeout)
@@ -138,8 +146,8 @@ class CodedSecAggWorkflow:
 def coded_server_app(
     server_fn: Callable[[Context], ServerAppComponents],
     *,
-    num_stragglers: int,
-    privacy_threshold: int,
+    protocol: ProtocolSettings | None = None,
+    timeouts: Timeouts | None = None,
     **settings: Any,
 ) -> ServerApp:
     """``ServerApp(server_fn=server_fn)`` with coded secure aggregation in every fit round.
@@ -156,8 +164,9 @@ def coded_server_app(
     ----------
     server_fn
         The project's ``server_fn``.
-    num_stragglers, privacy_threshold, **settings
-        As for :class:`CodedSecAggWorkflow`.
+    protocol, timeouts, **settings
+        As for :class:`CodedSecAggWorkflow` (``num_stragglers=``, ``privacy_threshold=``, ...
+        as flat keywords, or ``protocol=ProtocolSettings(...)``).
 
     Returns
     -------
@@ -169,10 +178,13 @@ def coded_server_app(
         When the app runs: ``server_fn`` returned a custom ``Server`` (its own round loop
         cannot be driven), or the strategy cannot compose.
     """
-    workflow_settings = dict(
-        num_stragglers=num_stragglers, privacy_threshold=privacy_threshold, **settings
+    checked = CodedSecAggWorkflow(protocol=protocol, timeouts=timeouts, **settings)
+    workflow_settings: dict[str, Any] = dict(  # settings checked when the app is made
+        protocol=checked.protocol,
+        timeouts=checked.timeouts,
+        timeout=checked.timeout,
+        **checked.options,
     )
-    CodedSecAggWorkflow(**workflow_settings)  # settings checked when the app is made
     app = ServerApp()
 
     @app.main()

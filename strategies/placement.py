@@ -155,7 +155,7 @@ class ShuffledTraining(ShuffleEpochs):
     results: list[ShuffleResult] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        if self.strategy.num_silos is None:
+        if self.strategy.protocol.num_silos is None:
             raise ConfigurationError(
                 "ShuffledTraining needs CodedSecAgg(num_silos=...): the shuffle places "
                 "partitions on that many silos"
@@ -170,7 +170,7 @@ class ShuffledTraining(ShuffleEpochs):
                 f"units_per_silo must be >= 1 and reshuffle_every >= 0 (0: never), got "
                 f"{self.units_per_silo} and {self.reshuffle_every}"
             )
-        self.K = int(self.strategy.num_silos)
+        self.K = int(self.strategy.protocol.num_silos)
         self.support = self.strategy.gradient_code(self.K).matrix != 0
         if self.reshuffle not in ("auto", "coded", "uniform"):
             raise ConfigurationError(

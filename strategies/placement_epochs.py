@@ -216,12 +216,12 @@ class ShuffleEpochs:
         """
         out = self.shuffle(run_id, len(self.results) + 1, before_round, waited=waited)
         for _ in range(self.placement_retries):
-            if len(out.incomplete) <= int(self.strategy.num_stragglers):
+            if len(out.incomplete) <= self.strategy.protocol.num_stragglers:
                 break
             silent = set(suspect_senders(self.results[-1]))
             self._say(
-                f"[coded-fl shuffle] {len(out.incomplete)} silos lack their partitions, more "
-                f"than s = {self.strategy.num_stragglers}; moving what is missing again, not "
+                f"[coded-fl shuffle] {len(out.incomplete)} silos lack their partitions, more than "
+                f"s = {self.strategy.protocol.num_stragglers}; moving what is missing again, not "
                 f"from the silent or failing senders {sorted(silent)}"
             )
             out = self.shuffle(run_id, len(self.results) + 1, before_round, avoid=frozenset(silent))

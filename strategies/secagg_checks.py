@@ -1,14 +1,17 @@
 """The checks of :class:`strategies.CodedSecAgg`'s constructor settings.
 
-:func:`check_settings` refuses a setting that cannot work with a
-:class:`~coded_fl.errors.ConfigurationError` that names it, at construction, before any node is
-contacted; what depends on the number of silos is checked against the protocol configuration
-(:class:`strategies.secagg_config.ProtocolView`).
+:func:`check_protocol` and :func:`check_timeouts` refuse a setting that cannot work with a
+:class:`~coded_fl.errors.ConfigurationError` that names it, when
+:class:`strategies.ProtocolSettings` or :class:`strategies.Timeouts` is made, before any node
+is contacted; :func:`check_strategy` and :func:`check_dp` (with ``metric_keys``) check what
+needs the wrapped strategy when ``CodedSecAgg`` is made; what depends on the number of silos is
+checked against the protocol configuration (:class:`strategies.secagg_config.ProtocolView`).
 """
 
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 from flwr.serverapp.strategy import Strategy
 
@@ -19,65 +22,36 @@ from coded_fl.vocabulary import MAX_DELTA_SCALE
 
 from .composable import check_composable, check_dp_sampling, legacy_advice
 
-__all__ = ["check_dp", "check_settings", "is_real"]
+if TYPE_CHECKING:
+    from .settings import ProtocolSettings, Timeouts
+
+__all__ = [
+    "check_dp",
+    "check_protocol",
+    "check_strategy",
+    "check_timeouts",
+    "is_real",
+    "max_delta_scale",
+]
 
 #: The gradient codes a run may ask for (ProtocolConfig decides which fit n, s); the maskings
 #: are the registered schemes (coded_fl.secagg.masking) and "auto"
 _CODES = ("auto", "plain", "polynomial", "repetition")
 
 
-def check_settings(
-    strategy: Strategy,
-    *,
-    num_stragglers: int,
-    privacy_threshold: int,
-    recovery_threshold: int | None,
-    num_silos: int | None,
-    clip_range: float,
-    clip_quorum: int | None,
-    max_clip_range: float | None,
-    scale: float | None,
-    max_weight: float | None,
-    code: str,
-    masking: str,
-    extra_replies: int,
-    extra_wait: float,
-    headroom_bits: int,
-    max_erased_fraction: float,
-    drift_tolerance: float,
-    max_aborted_rounds: int,
-    round_timeout: float,
-    recovery_timeout: float,
-    key_timeout: float,
-    node_wait_timeout: float,
-    evaluate_timeout: float | None,
-    poll_interval: float,
-) -> float:
-    """Refuse the constructor's settings that cannot work at any number of silos.
+def check_strategy(strategy: Strategy) -> None:
+    """Refuse a wrapped strategy that coded secure aggregation cannot drive.
 
     Parameters
     ----------
-    strategy, num_stragglers, privacy_threshold, recovery_threshold, num_silos, clip_range
-        As :class:`strategies.CodedSecAgg` takes them.
-    clip_quorum, max_clip_range, scale, max_weight, code, masking, extra_replies, extra_wait
-        As :class:`strategies.CodedSecAgg` takes them.
-    headroom_bits, max_erased_fraction, drift_tolerance, max_aborted_rounds
-        As :class:`strategies.CodedSecAgg` takes them.
-    round_timeout, recovery_timeout, key_timeout, node_wait_timeout, evaluate_timeout
-        As :class:`strategies.CodedSecAgg` takes them.
-    poll_interval
+    strategy
         As :class:`strategies.CodedSecAgg` takes it.
-
-    Returns
-    -------
-    float
-        The largest delta scale g the clip range may reach (a power of two, at most 2^16, with
-        ``clip_range`` x g <= ``max_clip_range``).
 
     Raises
     ------
     ConfigurationError
-        Naming the first setting refused (the constructor's ``Raises`` says which are).
+        Not a message-API ``Strategy`` (with advice for a legacy one), a strategy that needs
+        individual results, or a DP wrapper that samples clients.
     """
     check_composable(strategy)
     check_dp_sampling(strategy)
@@ -86,30 +60,38 @@ def check_settings(
             "strategy must be a flwr.serverapp.strategy.Strategy, got "
             f"{type(strategy).__name__}" + legacy_advice(strategy)
         )
+
+
+def check_protocol(settings: ProtocolSettings) -> None:
+    """Refuse protocol settings that cannot work at any number of silos.
+
+    Parameters
+    ----------
+    settings
+        The settings (:class:`strategies.ProtocolSettings` checks itself with this).
+
+    Raises
+    ------
+    ConfigurationError
+        Naming the first setting refused (:class:`strategies.ProtocolSettings` says which are).
+    """
+    p = settings
     _check_counts(
-        num_stragglers=num_stragglers,
-        privacy_threshold=privacy_threshold,
-        recovery_threshold=recovery_threshold,
-        num_silos=num_silos,
-        extra_replies=extra_replies,
-        headroom_bits=headroom_bits,
+        num_stragglers=p.num_stragglers,
+        privacy_threshold=p.privacy_threshold,
+        recovery_threshold=p.recovery_threshold,
+        num_silos=p.num_silos,
+        extra_replies=p.extra_replies,
+        headroom_bits=p.headroom_bits,
     )
-    for name, value in (
-        ("round_timeout", round_timeout),
-        ("recovery_timeout", recovery_timeout),
-        ("key_timeout", key_timeout),
-        ("node_wait_timeout", node_wait_timeout),
-        ("poll_interval", poll_interval),
-        ("evaluate_timeout", evaluate_timeout),
-    ):
-        if value is not None or name != "evaluate_timeout":
-            _check_real(name, value, least=0.0, strict=True)
-    _check_real("extra_wait", extra_wait, least=0.0, strict=False)
+    _check_real("extra_wait", p.extra_wait, least=0.0, strict=False)
+    drift_tolerance = p.drift_tolerance
     if not is_real(drift_tolerance) or not 0 <= drift_tolerance <= 1:
         raise ConfigurationError(
             f"drift_tolerance must be a number in [0, 1] (a fraction of the clip range), "
             f"got {drift_tolerance!r}"
         )
+    max_aborted_rounds = p.max_aborted_rounds
     if isinstance(max_aborted_rounds, bool) or not isinstance(max_aborted_rounds, int):
         raise ConfigurationError(
             f"max_aborted_rounds must be an int >= 0, got {max_aborted_rounds!r}"
@@ -118,36 +100,70 @@ def check_settings(
         raise ConfigurationError(
             f"max_aborted_rounds must be an int >= 0 (0: never stop), got {max_aborted_rounds}"
         )
+    max_erased_fraction = p.max_erased_fraction
     if not is_real(max_erased_fraction) or not 0 <= max_erased_fraction < 1:
         raise ConfigurationError(
             f"max_erased_fraction must be a number in [0, 1), got {max_erased_fraction!r}"
         )
+    max_weight = p.max_weight
     if max_weight is not None and not (
         is_real(max_weight) and math.isfinite(max_weight) and max_weight > 0
     ):
         raise ConfigurationError(
             f"max_weight must be a finite number > 0 or None (automatic), got {max_weight!r}"
         )
-    check_clip_range(clip_range)
-    max_delta_scale = _max_delta_scale(clip_range, max_clip_range)
+    check_clip_range(p.clip_range)
+    max_delta_scale(p.clip_range, p.max_clip_range)
+    clip_quorum = p.clip_quorum
     if clip_quorum is not None and (
         isinstance(clip_quorum, bool) or not isinstance(clip_quorum, int) or clip_quorum < 1
     ):
         raise ConfigurationError(
             f"clip_quorum must be an int >= 1 (partitions) or None (automatic), got {clip_quorum!r}"
         )
-    if scale is not None:
-        check_positive_real("scale", scale)
-    if code not in _CODES:
-        raise ConfigurationError(f"code must be one of {', '.join(_CODES)}, got {code!r}")
+    if p.scale is not None:
+        check_positive_real("scale", p.scale)
+    if p.code not in _CODES:
+        raise ConfigurationError(f"code must be one of {', '.join(_CODES)}, got {p.code!r}")
     maskings = ("auto", *masking_names())
-    if masking not in maskings:
-        raise ConfigurationError(f"masking must be one of {', '.join(maskings)}, got {masking!r}")
-    return max_delta_scale
+    if p.masking not in maskings:
+        raise ConfigurationError(f"masking must be one of {', '.join(maskings)}, got {p.masking!r}")
+    check_dp(p.dp, metric_keys=None, scale=p.scale)
 
 
-def _max_delta_scale(clip_range: float, max_clip_range: object) -> float:
+def check_timeouts(timeouts: Timeouts) -> None:
+    """Refuse a deadline or poll interval that is not a finite number > 0.
+
+    Parameters
+    ----------
+    timeouts
+        The deadlines (:class:`strategies.Timeouts` checks itself with this).
+
+    Raises
+    ------
+    ConfigurationError
+        Naming the setting by its ``CodedSecAgg`` keyword (``round_timeout``, ...).
+    """
+    t = timeouts
+    for name, value in (
+        ("round_timeout", t.round),
+        ("recovery_timeout", t.recovery),
+        ("key_timeout", t.key),
+        ("node_wait_timeout", t.node_wait),
+        ("poll_interval", t.poll_interval),
+        ("evaluate_timeout", t.evaluate),
+    ):
+        if value is not None or name != "evaluate_timeout":
+            _check_real(name, value, least=0.0, strict=True)
+
+
+def max_delta_scale(clip_range: float, max_clip_range: object) -> float:
     """The largest delta scale g (a power of two, at most 2^16) with c g <= ``max_clip_range``.
+
+    Parameters
+    ----------
+    clip_range, max_clip_range
+        c, and the widest range (None: c 2^16).
 
     Raises
     ------

@@ -1,9 +1,10 @@
 """What :class:`strategies.CodedSecAgg`'s settings give at n silos, and how they are logged.
 
-:class:`ProtocolView` is the part of ``CodedSecAgg`` that turns the constructor's settings
-into a protocol configuration (:class:`coded_fl.secagg.ProtocolConfig`) for n silos, the
-gradient code a placement derives from, the fewest silos that work, the clip quorum and the
-settings one run takes (:class:`strategies.run.RunSettings`); it waits for the nodes and
+:class:`ProtocolView` is the part of ``CodedSecAgg`` that turns its settings
+(:class:`strategies.ProtocolSettings`, :class:`strategies.Timeouts`) into a protocol
+configuration (:class:`coded_fl.secagg.ProtocolConfig`) for n silos, the gradient code a
+placement derives from, the fewest silos that work, the clip quorum and the settings one run
+takes (:class:`strategies.run.RunSettings`); it waits for the nodes and
 checks the settings against the configuration at construction.
 """
 
@@ -29,7 +30,7 @@ from .report import RoundReport
 from .run import RunSettings
 
 if TYPE_CHECKING:
-    from coded_fl.dp import DistributedDP
+    from .settings import ProtocolSettings, Timeouts
 
 __all__ = ["ProtocolView"]
 
@@ -44,63 +45,32 @@ class ProtocolView:
     ----------
     strategy
         The wrapped Flower strategy.
-    dp
-        Distributed DP, or None.
-    num_stragglers, privacy_threshold, recovery_threshold, num_silos, clip_range
-        The constructor's settings.
-    adaptive_clip, clip_quorum, max_clip_range, scale, code, masking, extra_replies
-        The constructor's settings.
-    extra_wait, headroom_bits, max_erased_fraction, drift_tolerance, max_aborted_rounds
-        The constructor's settings.
-    round_timeout, recovery_timeout, key_timeout, node_wait_timeout, evaluate_timeout
-        The constructor's settings (``evaluate_timeout`` set).
-    poll_interval, progress
-        The constructor's settings (``progress`` set).
-    max_delta_scale
-        The largest delta scale g the clip range may reach.
+    protocol
+        The protocol and aggregation settings (:class:`strategies.ProtocolSettings`).
+    timeouts
+        The stages' deadlines (:class:`strategies.Timeouts`).
+    progress
+        Called with every :class:`RoundReport`.
     spec
         What the silos read from the train requests.
     """
 
     strategy: Strategy
-    dp: DistributedDP | None
-    num_stragglers: int
-    privacy_threshold: int
-    recovery_threshold: int | None
-    num_silos: int | None
-    clip_range: float
-    adaptive_clip: bool
-    clip_quorum: int | None
-    max_clip_range: float
-    scale: float | None
-    code: str
-    masking: str
-    extra_replies: int
-    extra_wait: float
-    headroom_bits: int
-    max_erased_fraction: float
-    drift_tolerance: float
-    max_aborted_rounds: int
-    round_timeout: float
-    recovery_timeout: float
-    key_timeout: float
-    node_wait_timeout: float
-    evaluate_timeout: float
-    poll_interval: float
+    protocol: ProtocolSettings
+    timeouts: Timeouts
     progress: Callable[[RoundReport], None]
-    max_delta_scale: float
     spec: TrainSpec
 
     def summary(self) -> None:
         """Log the coded-fl settings, then the wrapped strategy's summary."""
         LOG.info(
             "\t├──> CodedSecAgg: s=%s T=%s U=%s n=%s clip_range=%s code=%s max_weight=%s",
-            self.num_stragglers,
-            self.privacy_threshold,
-            self.recovery_threshold or "n-s",
-            self.num_silos or "all",
-            self.clip_range,
-            self.code,
+            self.protocol.num_stragglers,
+            self.protocol.privacy_threshold,
+            self.protocol.recovery_threshold or "n-s",
+            self.protocol.num_silos or "all",
+            self.protocol.clip_range,
+            self.protocol.code,
             "auto" if self.spec.auto_weight else self.spec.max_weight,
         )
         self.strategy.summary()
@@ -109,33 +79,35 @@ class ProtocolView:
     def _config(
         self, n: int, *, vector_length: int, run_id: str, session: str = ""
     ) -> ProtocolConfig:
+        p = self.protocol
         return ProtocolConfig(
             num_silos=n,
-            num_stragglers=self.num_stragglers,
-            privacy_threshold=self.privacy_threshold,
-            recovery_threshold=self.recovery_threshold,
+            num_stragglers=p.num_stragglers,
+            privacy_threshold=p.privacy_threshold,
+            recovery_threshold=p.recovery_threshold,
             vector_length=vector_length,
-            clip_range=self.clip_range,
-            scale=self.scale,
-            code=self.code,
-            masking=self.masking,
-            extra_replies=self.extra_replies,
-            headroom_bits=self.headroom_bits,
+            clip_range=p.clip_range,
+            scale=p.scale,
+            code=p.code,
+            masking=p.masking,
+            extra_replies=p.extra_replies,
+            headroom_bits=p.headroom_bits,
             run_id=run_id,
             session=session,
-            dp=self.dp,
+            dp=p.dp,
         )
 
     def _wait_for_nodes(self, grid: Grid) -> list[int]:
-        want = self.num_silos or int(chain_attr(self.strategy, "min_available_nodes", 2))
-        deadline = time.monotonic() + self.node_wait_timeout
+        num_silos, node_wait = self.protocol.num_silos, self.timeouts.node_wait
+        want = num_silos or int(chain_attr(self.strategy, "min_available_nodes", 2))
+        deadline = time.monotonic() + node_wait
         while True:
             nodes = sorted(grid.get_node_ids())
             if len(nodes) >= want:
-                return nodes[: self.num_silos] if self.num_silos else nodes
+                return nodes[:num_silos] if num_silos else nodes
             if time.monotonic() >= deadline:
                 raise ConfigurationError(
-                    f"only {len(nodes)} nodes connected after {self.node_wait_timeout:.0f}s, "
+                    f"only {len(nodes)} nodes connected after {node_wait:.0f}s, "
                     f"num_silos={want} are needed: start more SuperNodes (or simulation "
                     "nodes, options.num-supernodes) or lower num_silos"
                 )
@@ -164,8 +136,8 @@ class ProtocolView:
         -------
         int
         """
-        s, t = self.num_stragglers, self.privacy_threshold
-        u = self.recovery_threshold
+        s, t = self.protocol.num_stragglers, self.protocol.privacy_threshold
+        u = self.protocol.recovery_threshold
         return s + max(t + 1, u or 0)
 
     def _too_few(self, n: int) -> ConfigurationError | None:
@@ -173,10 +145,11 @@ class ProtocolView:
         need = self.min_silos()
         if n >= need:
             return None
-        u = f", recovery_threshold={self.recovery_threshold}" if self.recovery_threshold else ""
+        p = self.protocol
+        u = f", recovery_threshold={p.recovery_threshold}" if p.recovery_threshold else ""
         return ConfigurationError(
-            f"{n} silos (nodes) are connected, but num_stragglers={self.num_stragglers} and "
-            f"privacy_threshold={self.privacy_threshold}{u} need at least {need} "
+            f"{n} silos (nodes) are connected, but num_stragglers={p.num_stragglers} and "
+            f"privacy_threshold={p.privacy_threshold}{u} need at least {need} "
             "(n >= s + max(U, T + 1)): start more SuperNodes (in a simulation: "
             f'--federation-config "num_supernodes={need}"), or lower num_stragglers / '
             "privacy_threshold"
@@ -203,60 +176,60 @@ class ProtocolView:
         with ``num_silos``, what the configuration refuses and the clip quorum; without, the
         quantization at the fewest silos the settings allow. Warn where the quantization scale
         is below what silos accept by default."""
-        if self.num_silos is not None:  # validate the settings now, before any node is contacted
+        p = self.protocol
+        if p.num_silos is not None:  # validate the settings now, before any node is contacted
             try:
-                checked = self._config(self.num_silos, vector_length=1, run_id="check")
+                checked = self._config(p.num_silos, vector_length=1, run_id="check")
             except ConfigurationError as exc:
-                raise self._too_few(self.num_silos) or exc from None
+                raise self._too_few(p.num_silos) or exc from None
             quant = checked.quantization
             self._quorum(checked.gradient_code)
         else:  # the quantization at the fewest silos the settings allow (K = n; more is coarser)
             k = self.min_silos()
-            if self.scale is None:
+            if p.scale is None:
                 quant = QuantizationConfig.for_summands(
-                    k, clip_range=self.clip_range, headroom_bits=self.headroom_bits
+                    k, clip_range=p.clip_range, headroom_bits=p.headroom_bits
                 )
             else:
-                quant = QuantizationConfig(
-                    clip_range=self.clip_range, scale=self.scale, num_summands=k
-                )
+                quant = QuantizationConfig(clip_range=p.clip_range, scale=p.scale, num_summands=k)
         if quant.scale < MIN_SCALE:
             LOG.warning(
                 "[coded-fl] the quantization scale is %g (clip_range=%s), below the %g that "
                 "silos accept by default (node config codedfl.min-scale): lower clip_range "
                 "or headroom_bits, or the silos must set codedfl.allow-no-privacy = true",
                 quant.scale,
-                self.clip_range,
+                p.clip_range,
                 MIN_SCALE,
             )
 
     def _quorum(self, code: GradientCode) -> int:
         """The clip quorum for ``code``: the setting, or one more than the most partitions
         one silo holds (at most K)."""
-        K = code.K
-        if self.clip_quorum is None:
+        K, quorum = code.K, self.protocol.clip_quorum
+        if quorum is None:
             held = max(len(code.support(i)) for i in range(code.n))
             return min(K, held + 1)
-        if self.clip_quorum > K:
+        if quorum > K:
             raise ConfigurationError(
-                f"clip_quorum={self.clip_quorum} exceeds the K={K} partitions: the clip range "
+                f"clip_quorum={quorum} exceeds the K={K} partitions: the clip range "
                 f"could never widen; set clip_quorum <= {K} (or None: automatic)"
             )
-        return self.clip_quorum
+        return quorum
 
     def _settings(self, code: GradientCode) -> RunSettings:
+        p, t = self.protocol, self.timeouts
         return RunSettings(
             clip_quorum=self._quorum(code),
-            max_delta_scale=self.max_delta_scale,
+            max_delta_scale=p.max_delta_scale,
             strategy=self.strategy,
             spec=self.spec,
-            extra_wait=self.extra_wait,
-            round_timeout=self.round_timeout,
-            recovery_timeout=self.recovery_timeout,
-            key_timeout=self.key_timeout,
-            evaluate_timeout=self.evaluate_timeout,
-            poll_interval=self.poll_interval,
+            extra_wait=p.extra_wait,
+            round_timeout=t.round,
+            recovery_timeout=t.recovery,
+            key_timeout=t.key,
+            evaluate_timeout=t.evaluate_seconds,
+            poll_interval=t.poll_interval,
             progress=self.progress,
-            adaptive_clip=self.adaptive_clip,
-            max_aborted_rounds=self.max_aborted_rounds,
+            adaptive_clip=p.adapts_clip,
+            max_aborted_rounds=p.max_aborted_rounds,
         )

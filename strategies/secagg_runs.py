@@ -159,9 +159,10 @@ class RunLifecycle(ProtocolView):
         """
         self._run = self._driver = None
         nodes = self._wait_for_nodes(grid) if silo_nodes is None else list(silo_nodes)
-        if self.num_silos is not None and len(nodes) != self.num_silos:
+        num_silos = self.protocol.num_silos
+        if num_silos is not None and len(nodes) != num_silos:
             raise ConfigurationError(
-                f"silo_nodes lists {len(nodes)} nodes but num_silos={self.num_silos}: give one "
+                f"silo_nodes lists {len(nodes)} nodes but num_silos={num_silos}: give one "
                 "node per silo"
             )
         n = len(nodes)
@@ -174,7 +175,7 @@ class RunLifecycle(ProtocolView):
             integer_names=ints,
             integer_size=element_count(initial_arrays, ints),
         )
-        if self.dp is not None and ints:
+        if self.protocol.dp is not None and ints:
             raise ConfigurationError(
                 f"dp with integer model arrays {list(ints)}: they are summed exactly, without "
                 "clipping or noise; use a model without integer buffers (GroupNorm instead of "
@@ -202,8 +203,8 @@ class RunLifecycle(ProtocolView):
             run_id=cfg.seed_id,
             machine=ServerMachine(
                 cfg,
-                max_erased_fraction=self.max_erased_fraction,
-                drift_tolerance=self.drift_tolerance,
+                max_erased_fraction=self.protocol.max_erased_fraction,
+                drift_tolerance=self.protocol.drift_tolerance,
                 # with DP the weight coordinate holds no weight (every partition counts 1)
                 weight_coordinate=lay.weight_index if cfg.dp is None else None,
             ),
@@ -275,4 +276,4 @@ class RunLifecycle(ProtocolView):
         every silo); see :func:`strategies.report.waiting_estimate`. A run ends without
         waiting for its last round's stragglers: call :meth:`settle` first to time-stamp
         them, or each counts the round deadline."""
-        return waiting_estimate(self.reports, self.late_train, round_timeout=self.round_timeout)
+        return waiting_estimate(self.reports, self.late_train, round_timeout=self.timeouts.round)

@@ -133,7 +133,7 @@ def make_strategy(
 
 def _dp_line(strategy: CodedSecAgg, reports: list[RoundReport]) -> str:
     """The summary's line of distributed DP (empty without it)."""
-    dp = strategy.dp
+    dp = strategy.protocol.dp
     if dp is None or not reports or reports[-1].epsilon is None:
         return ""
     keying = sum(r.keying_rounds for r in reports)
@@ -365,19 +365,20 @@ def main(grid: Grid, context: Context) -> None:
     report.data.update(
         final_accuracy=ours_acc, run_seconds=ours_seconds, completed=completed, done=True
     )
-    if strategy.dp is not None:  # distributed DP: the run's account, as the summary says it
+    dp = strategy.protocol.dp
+    if dp is not None:  # distributed DP: the run's account, as the summary says it
         report.data["dp"] = {
             "epsilon": reports[-1].epsilon if reports else None,
-            "delta": strategy.dp.delta,
-            "noise_multiplier": strategy.dp.noise_multiplier,
-            "clip": strategy.dp.clip,
+            "delta": dp.delta,
+            "noise_multiplier": dp.noise_multiplier,
+            "clip": dp.clip,
             "keying_rounds": sum(r.keying_rounds for r in reports),
         }
     report.write()
     plain_mode = str(rc["compare-plain"])
     plain_seconds = 0.0
     if plain_mode != "flower":  # the estimate needs the last round's stragglers time-stamped
-        strategy.settle(min(30.0, strategy.round_timeout))
+        strategy.settle(min(30.0, strategy.timeouts.round))
     ran, wait_all = strategy.waiting_estimate()
     # what coded-fl pays once per run: the key exchange, Flower's start of the strategy; not in
     # the rounds, not in the evaluation (with placement="shuffle", the placement and the
@@ -442,7 +443,7 @@ def main(grid: Grid, context: Context) -> None:
         lines.append(
             f"waiting for every silo would have taken about {wait_all:.1f}s instead of "
             f"{ran:.1f}s (late uploads time-stamped as they came; a silo that never answered "
-            f"counts the {strategy.round_timeout:.0f}s round deadline)"
+            f"counts the {strategy.timeouts.round:.0f}s round deadline)"
         )
     total = time.time() - launch
     start_s = t_main - launch + warm_s

@@ -200,4 +200,4 @@ def test_the_wrapper_refuses_what_dp_cannot_keep_private():
     with pytest.raises(ConfigurationError, match="privacy_threshold \\+ 2"):
         CodedSecAgg(FedAvg(), dp=dp, num_silos=4, **kw)  # groups of 2: g = 2 < T + 2
     ok = CodedSecAgg(FedAvg(), dp=dp, num_silos=6, **kw)
-    assert ok.spec.metric_slots == 0 and not ok.adaptive_clip
+    assert ok.spec.metric_slots == 0 and not ok.protocol.adapts_clip

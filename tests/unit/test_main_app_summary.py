@@ -35,9 +35,10 @@ def test_the_main_job_turns_distributed_dp_on_from_its_run_config() -> None:
     dp-noise-multiplier > 0, where the job must not ask for a train metric (the wrapper
     refuses metric_keys with dp: a user's `-c dp-noise-multiplier=1` used to fail there)."""
     plain = make_strategy(_run_config(), 10, print)
-    assert plain.dp is None and plain.spec.metric_keys == ("train_loss",)
+    assert plain.protocol.dp is None and plain.spec.metric_keys == ("train_loss",)
     rc = _run_config(**{"dp-noise-multiplier": 1.0, "dp-clip": 0.5, "privacy-threshold": 1})
     private = make_strategy(rc, 10, print)
-    assert private.dp is not None and private.dp.noise_multiplier == 1.0
-    assert private.dp.clip == 0.5 and private.dp.delta == 1e-5
+    dp = private.protocol.dp
+    assert dp is not None and dp.noise_multiplier == 1.0
+    assert dp.clip == 0.5 and dp.delta == 1e-5
     assert private.spec.metric_keys == () and private.spec.metric_slots == 0

@@ -265,7 +265,7 @@ def test_coded_secagg_refuses_a_bad_setting_at_construction(
 )
 def test_coded_secagg_still_accepts_good_settings(kw: dict[str, Any]) -> None:
     s = _strategy(**kw)
-    assert s.clip_range == kw.get("clip_range", 1.0)
+    assert s.protocol.clip_range == kw.get("clip_range", 1.0)
 
 
 def test_a_clip_range_too_wide_for_the_fewest_silos_is_refused_without_num_silos() -> None:

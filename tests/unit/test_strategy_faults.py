@@ -313,8 +313,8 @@ def test_a_silo_whose_shares_fail_everywhere_is_dropped_and_rounds_complete() ->
     # out. Before: every round aborted, because silo 0 stayed in S and no survivor could
     # answer
     grid = FakeGrid(4, tamper={"site": 0, "target": -1})
-    s = _strategy(4, extra=1)
-    s.extra_wait = 5.0  # S = all four silos (the fourth upload completes the collection)
+    # S = all four silos (the fourth upload completes the collection)
+    s = _strategy(4, extra=1, extra_wait=5.0)
     _start(s, grid, 3)
     assert [r.ok for r in s.reports] == [True, True, True], [r.reason for r in s.reports]
     assert [r.round_trips for r in s.reports] == [4, 2, 2]
