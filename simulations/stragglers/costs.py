@@ -279,12 +279,13 @@ class CostModel:
             return 41 + 60 * k + (k - r) * token + r * box
 
         if self.masking == "aligned":
-            # no shares, tags or context (4 + 0); the two edge-key lists hold group 0's e
-            # confirmation tags once the keys are dealt: edge, length, 8 bytes (20 each)
+            # no shares, tags or context (4 + 0); the scheme's extension (its id byte and two
+            # edge-key lists) holds group 0's e confirmation tags once the keys are dealt:
+            # edge, length, 8 bytes (20 each); the request carries no extension then
             e = mask_degree(n, s, self.masking)
             sizes = {
-                "train_request": 42 + 48 * n,
-                "upload": 53 + 4 * d + 20 * e,
+                "train_request": 35 + 48 * n,
+                "upload": 54 + 4 * d + 20 * e,
                 "recovery_request": 0,
                 "recovery_request_mean": 0,
                 "recovery_reply": 0,
@@ -295,12 +296,11 @@ class CostModel:
             return sizes[what]
         sizes = {
             # header and roster (per entry: index, key, and an unsigned key's empty identity and
-            # signature, 48); the aligned flag and two empty edge-key lists (9)
-            "train_request": 42 + 48 * n,
+            # signature, 48); the masks-cancel flag and no extension (2)
+            "train_request": 35 + 48 * n,
             # masked vector, context (4 + 16), per tag entry: recipient, length, ephemeral key
-            # and 8 bytes (48), per sealed share: recipient and length (8); two empty edge-key
-            # lists (8)
-            "upload": 69 + 4 * d + (8 + EPHEMERAL_BYTES + 8) * U + (n - U) * (8 + box),
+            # and 8 bytes (48), per sealed share: recipient and length (8); no extension (1)
+            "upload": 62 + 4 * d + (8 + EPHEMERAL_BYTES + 8) * U + (n - U) * (8 + box),
             "recovery_request": request(relayed[0]),
             "recovery_request_mean": sum(request(r) for r in relayed) / k,
             "recovery_reply": 37 + 4 * m,

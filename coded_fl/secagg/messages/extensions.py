@@ -49,8 +49,17 @@ class MessageExtension:
 
 
 class ExtensionCodec(NamedTuple):
-    """One extension type's layout: ``write`` appends its body to the message's parts,
-    ``read`` parses it with the receiver's limits (None: a receiver without them)."""
+    """One extension type's layout, its writer and reader side by side.
+
+    Parameters
+    ----------
+    cls
+        The extension's class.
+    write
+        Appends an instance's body to the message's parts.
+    read
+        Parses a body with the receiver's limits (None: a receiver without them).
+    """
 
     cls: type[MessageExtension]
     write: Callable[[Any, Parts], None]
