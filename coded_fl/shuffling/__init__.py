@@ -30,6 +30,7 @@ from coded_fl.shuffling.plan.placement import (
     shifted_assignment,
 )
 from coded_fl.shuffling.plan.planner import CENTRAL, Mode, ShufflePlan, plan_shuffle
+from coded_fl.shuffling.plan.sources import balanced_reassignment, sourced_load
 from coded_fl.shuffling.plan.theory import (
     acyclic_bound,
     centralized_load,
@@ -87,6 +88,7 @@ __all__ = [
     "UnitStore",
     "acyclic_bound",
     "assignment_from_support",
+    "balanced_reassignment",
     "batch_assignment",
     "cached_subfiles",
     "centralized_load",
@@ -112,6 +114,7 @@ __all__ = [
     "reshuffle_bounds",
     "run_loopback",
     "shifted_assignment",
+    "sourced_load",
     "storage_for_level",
     "suspect_senders",
     "swap_fanout_load",

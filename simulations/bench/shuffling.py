@@ -15,6 +15,12 @@ load against storage for each K: uncoded, centralized and decentralized coded, l
 3. Codec: encode (a sender's messages) and decode (one silo's messages) in GB/s of source bytes
    read, next to a memcpy of the same number of bytes timed in the same process; also AES-GCM
    sealing and SHA-256 unit checks, the session's per-byte costs on top of the XOR.
+4. The relay at level t (``relay_level_t`` rows, issue 31): K = 10 silos send through a relay
+   (decentralized), q = K - 1 and 2(K - 1) units each, t = 0..3. The coordinator picks a
+   balanced reassignment (:func:`~coded_fl.shuffling.plan.sources.balanced_reassignment`) and
+   the planner delivers it holder-sourced; the load over the relay's fan-out (each moved unit
+   uploaded once) against 1/(t + 1), the formula (K - t)/((K - 1)(t + 1)), the acyclic converse
+   of the same demand, and, for context, uniform random reassignments of the same sizes.
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ from coded_fl.shuffling import (
     ShufflePlan,
     UnitManifest,
     acyclic_bound,
+    balanced_reassignment,
     batch_assignment,
     centralized_lower_bound,
     decode,
@@ -248,10 +255,56 @@ def _plot(rows: list[dict[str, Any]], path: Path) -> bool:
     return True
 
 
+def _relay_level_t(report: Report, K: int, draws: int) -> list[dict[str, Any]]:
+    """Loads through the relay at t = 0..3, balanced and uniform reassignments (see 4. above)."""
+    rows = []
+    rng = np.random.default_rng(31)
+    for q, draw in itertools.product((K - 1, 2 * (K - 1)), range(draws)):
+        now = {u: u % K for u in range(K * q)}
+        balanced = balanced_reassignment(now, K, rng)
+        perm = rng.permutation(K * q)  # a uniform reassignment: a fresh random split
+        uniform = {u: int(perm[u]) % K for u in now}
+        manifest = UnitManifest.from_data({u: bytes(64) for u in now})
+        for demand, nxt in (("balanced", balanced), ("uniform", uniform)):
+            current = {u: {k} for u, k in now.items()}
+            target = {u: {k} for u, k in nxt.items()}
+            fanout = sum(1 for u in now if nxt[u] != now[u])
+            for t in range(4):
+                plan = plan_shuffle(manifest, current, target, K=K, t=t, mode="decentralized")
+                side = held_units(plan.holders, K)
+                converse = acyclic_bound(plan.needs, side, t=t, orders=16, seed=draw)
+                rows.append(
+                    report.add(
+                        kind="relay_level_t",
+                        K=K,
+                        q=q,
+                        draw=draw,
+                        demand=demand,
+                        t=t,
+                        delivery=(
+                            "fan-out"
+                            if t == 0
+                            else ("holder-sourced" if plan.sources is not None else "clique cover")
+                        ),
+                        measured_load=plan.load,
+                        formula_load=plan.formula_load(),
+                        fanout_load=fanout,
+                        over_fanout=plan.load / fanout,
+                        target_over_fanout=1 / (t + 1),
+                        balanced_formula_over_fanout=(K - t) / ((K - 1) * (t + 1)) if t else 1.0,
+                        converse_load=converse,
+                        converse_over_fanout=converse / fanout,
+                        measured_over_converse=plan.load / converse if converse else 1.0,
+                    )
+                )
+    return rows
+
+
 def run(report: Report, *, quick: bool) -> None:
     Ks = (4, 8, 16)
     report.config.update(
         {
+            "relay_level_t": "K = 10, q in {9, 18}, t = 0..3, balanced and uniform reassignments",
             "q_units_per_silo": Q,
             "K": list(Ks),
             "storage": "M_t = q (1 + t (K-1)/K), t = 0..K",
@@ -282,6 +335,15 @@ def run(report: Report, *, quick: bool) -> None:
         1.0 - 1e-9,
         lower_is_better=False,
     )
+    relay = _relay_level_t(report, 10, draws=1 if quick else 3)
+    for t in (1, 2, 3):
+        worst = max(r["over_fanout"] for r in relay if r["demand"] == "balanced" and r["t"] == t)
+        report.goal(
+            f"relay, level t = {t}, K = 10 (balanced reassignment): upload / fan-out relay "
+            f"<= 1.1 x 1/(t+1) = {1.1 / (t + 1):.3f}",
+            worst,
+            1.1 / (t + 1),
+        )
     sec = _planner_time(report, 16, repeats=3 if quick else 5)
     report.goal("planner time at K = 16, slowest t and setting (s)", sec, 1.0)
     unit = (1 << 20) if quick else (8 << 20)

@@ -7,7 +7,8 @@
   and storage;
 - :mod:`~coded_fl.shuffling.plan.planner`: centralized, decentralized and uncoded plans (the
   plan object in :mod:`~coded_fl.shuffling.plan.shuffle_plan`, the messages built in
-  :mod:`~coded_fl.shuffling.plan.delivery`).
+  :mod:`~coded_fl.shuffling.plan.delivery`; at t >= 1 the holder-sourced delivery and the
+  balanced reassignment it codes best in :mod:`~coded_fl.shuffling.plan.sources`).
 
 Depends on nothing else in :mod:`coded_fl.shuffling`; the codec, storage and transport layers
 build on it.

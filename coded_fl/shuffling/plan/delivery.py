@@ -29,6 +29,7 @@ def build_messages(
     holders: tuple[frozenset[int], ...],
     target: tuple[frozenset[int], ...],
     layout: Layout,
+    sources: tuple[tuple[int, ...], ...] | None = None,
 ) -> _Arrays:
     """The messages of one plan: (sender per message, ``msg_ptr``, ``term_row``, ``term_silo``),
     the int64 arrays of a :class:`~coded_fl.shuffling.plan.shuffle_plan.ShufflePlan`.
@@ -47,6 +48,9 @@ def build_messages(
         The current and next holders of each unit, in manifest order.
     layout
         The units' subfiles and pieces.
+    sources
+        Decentralized, t >= 1: the holder that sends each needed unit
+        (:mod:`~coded_fl.shuffling.plan.sources`); None: the clique cover.
 
     Returns
     -------
@@ -55,6 +59,8 @@ def build_messages(
     """
     if coded and mode == "decentralized" and t == 0:
         return _fanout(K, needs, holders, target, layout)
+    if coded and sources is not None:
+        return _sourced(K, t, needs, sources, layout)
     build = _coded if coded else _uncoded
     return build(K, t, mode, needs, holders, layout)
 
@@ -122,6 +128,27 @@ def _coded(
             piece = np.where(np.arange(t + 1) > j, j, j - 1)
             rows = (base[sel] + piece[None, :])[m]
             parts.append((groups[sel, j], m.sum(axis=1), rows, groups[sel][m]))
+    return _pack(parts)
+
+
+def _sourced(
+    K: int,
+    t: int,
+    needs: tuple[tuple[int, ...], ...],
+    sources: tuple[tuple[int, ...], ...],
+    layout: Layout,
+) -> _Arrays:
+    """Decentralized, t >= 1, holder-sourced: every source silo sends the centralized XORs for
+    the units it sources (:mod:`~coded_fl.shuffling.plan.sources`); one piece per subfile."""
+    parts = []
+    for j in range(K):
+        mine = tuple(
+            tuple(n for n, src in zip(units, row, strict=True) if src == j)
+            for units, row in zip(needs, sources, strict=True)
+        )
+        if any(mine):  # j as the central sender of its own units (CSR back to a block)
+            sender, ptr, rows, silos = _coded(K, t, "centralized", mine, (), layout)
+            parts.append((np.full(sender.size, j), np.diff(ptr), rows, silos))
     return _pack(parts)
 
 

@@ -46,8 +46,10 @@ from math import comb
 
 from coded_fl.errors import ConfigurationError, InputError
 from coded_fl.shuffling.plan.delivery import build_messages
+from coded_fl.shuffling.plan.loads import decentralized_load
 from coded_fl.shuffling.plan.placement import check_storage, normalize_assignment
 from coded_fl.shuffling.plan.shuffle_plan import CENTRAL, Mode, ShufflePlan
+from coded_fl.shuffling.plan.sources import assign_sources, source_counts, sourced_load
 from coded_fl.shuffling.plan.units import Layout, UnitId, UnitManifest
 
 __all__ = ["CENTRAL", "MAX_PLAN_ENTRIES", "Mode", "ShufflePlan", "check_plan_cost", "plan_shuffle"]
@@ -127,7 +129,8 @@ def plan_shuffle(
         tuple(n for n in range(len(manifest)) if k in target[n] and k not in holders[n])
         for k in range(K)
     )
-    pieces = t if (mode == "decentralized" and t >= 1) else 1
+    sources = _sources(K, t, needs, holders) if (coded and mode == "decentralized") else None
+    pieces = t if (mode == "decentralized" and t >= 1 and sources is None) else 1
     check_plan_cost(K, t, len(manifest), max((len(nk) for nk in needs), default=0), pieces)
     layout = Layout.for_manifest(
         manifest, n_subfiles=comb(K, t), n_pieces=pieces, subfile_align=max(t, 1)
@@ -139,8 +142,10 @@ def plan_shuffle(
                 f"units missing from every silo: {lost}: at t = 0 only a holder can send a unit; "
                 "give them to some silo, use a storage level t >= 1, or a centralized sender"
             )
-    sender, ptr, rows, silos = build_messages(K, t, mode, coded, needs, holders, target, layout)
-    plan_id = _plan_id(K, t, mode, coded, manifest, layout, holders, target)
+    sender, ptr, rows, silos = build_messages(
+        K, t, mode, coded, needs, holders, target, layout, sources
+    )
+    plan_id = _plan_id(K, t, mode, coded, manifest, layout, holders, target, sources is not None)
     return ShufflePlan(
         K,
         t,
@@ -156,7 +161,23 @@ def plan_shuffle(
         rows,
         silos,
         plan_id,
+        sources,
     )
+
+
+def _sources(
+    K: int, t: int, needs: tuple[tuple[int, ...], ...], holders: tuple[frozenset[int], ...]
+) -> tuple[tuple[int, ...], ...] | None:
+    """Decentralized, t >= 1: the holder-sourced delivery's sources when every needed unit has
+    a holder and that delivery loads less than the clique cover; else None (the clique cover).
+    """
+    if t < 1 or t == K:
+        return None
+    sources = assign_sources(K, needs, holders)
+    if sources is None:
+        return None
+    sourced = sourced_load(K, t, source_counts(K, sources))
+    return sources if sourced < decentralized_load(K, t, [len(n) for n in needs]) else None
 
 
 def check_plan_cost(K: int, t: int, units: int, most_needed: int, pieces: int) -> int:
@@ -210,9 +231,12 @@ def _plan_id(
     layout: Layout,
     holders: tuple[frozenset[int], ...],
     target: tuple[frozenset[int], ...],
+    sourced: bool,
 ) -> bytes:
-    h = hashlib.sha256(b"codedfl-shuffle-plan-v3")  # v3: the t = 0 fan-out pairs swaps
+    # v3: the t = 0 fan-out pairs swaps; v4: holder-sourced delivery at t >= 1
+    h = hashlib.sha256(b"codedfl-shuffle-plan-v4")
     h.update(f"{K}:{t}:{mode}:{int(coded)}:{layout.n_subfiles}:{layout.n_pieces}".encode())
+    h.update(f":sourced={int(sourced)}".encode())
     h.update(f":{layout.piece_size}".encode() + manifest.fingerprint())
     for group in (holders, target):
         for s in group:

@@ -20,6 +20,7 @@ from coded_fl.shuffling.plan.loads import (
     swap_fanout_load,
     uncoded_load,
 )
+from coded_fl.shuffling.plan.sources import source_counts, sourced_load
 from coded_fl.shuffling.plan.units import Layout, UnitManifest
 
 __all__ = ["CENTRAL", "Mode", "ShufflePlan"]
@@ -64,6 +65,10 @@ class ShufflePlan:
     plan_id : bytes
         16 bytes: SHA-256 over K, t, mode, coded, the layout, the manifest's fingerprint and
         both assignments. Equal plan ids mean equal plans.
+    sources : tuple of tuple of int, or None
+        Decentralized, t >= 1, holder-sourced delivery (:mod:`~coded_fl.shuffling.plan.
+        sources`): ``sources[k][i]`` sends ``needs[k][i]``; None for the clique cover and the
+        other schemes.
     """
 
     K: int
@@ -80,6 +85,7 @@ class ShufflePlan:
     term_row: np.ndarray
     term_silo: np.ndarray
     plan_id: bytes = field(repr=False)
+    sources: tuple[tuple[int, ...], ...] | None = field(default=None, repr=False)
 
     # -- sizes -------------------------------------------------------------------------------
     @property
@@ -110,6 +116,8 @@ class ShufflePlan:
             return centralized_load(self.K, self.t, m)
         if self.t == 0:
             return swap_fanout_load(self.holders, self.target)
+        if self.sources is not None:
+            return sourced_load(self.K, self.t, source_counts(self.K, self.sources))
         return decentralized_load(self.K, self.t, m)
 
     # -- routing -----------------------------------------------------------------------------
