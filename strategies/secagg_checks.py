@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from flwr.serverapp.strategy import Strategy
 
+from coded_fl.codes import code_names
 from coded_fl.errors import ConfigurationError
 from coded_fl.quantize import check_clip_range, check_positive_real
 from coded_fl.secagg.masking import names as masking_names
@@ -34,9 +35,6 @@ __all__ = [
     "max_delta_scale",
 ]
 
-#: The gradient codes a run may ask for (ProtocolConfig decides which fit n, s); the maskings
-#: are the registered schemes (coded_fl.secagg.masking) and "auto"
-_CODES = ("auto", "plain", "polynomial", "repetition")
 
 
 def check_strategy(strategy: Strategy) -> None:
@@ -123,8 +121,9 @@ def check_protocol(settings: ProtocolSettings) -> None:
         )
     if p.scale is not None:
         check_positive_real("scale", p.scale)
-    if p.code not in _CODES:
-        raise ConfigurationError(f"code must be one of {', '.join(_CODES)}, got {p.code!r}")
+    codes = ("auto", *code_names(exact=True))  # ProtocolConfig decides which fit n, s
+    if p.code not in codes:
+        raise ConfigurationError(f"code must be one of {', '.join(codes)}, got {p.code!r}")
     maskings = ("auto", *masking_names())
     if p.masking not in maskings:
         raise ConfigurationError(f"masking must be one of {', '.join(maskings)}, got {p.masking!r}")

@@ -12,12 +12,21 @@ S the survivors, a the decoding vector with :math:`a^T B_S = 1^T`.
   more otherwise (:func:`spread_partitions`); :class:`PlainAggregation` is s = 0.
 - :class:`ApproximateCode`: fewer copies, best estimate with an error bound.
 - :class:`RealGradientCode`: the real-valued baseline (ill-conditioned; for comparison only).
-- :func:`make_code`: picks one from (n, s) (:func:`prefer_repetition` for ``"auto"``).
+- :func:`make_code`: picks one from (n, s) by name, from one registry (:func:`register_code`,
+  :func:`code_names`; ``"auto"`` resolved by :func:`resolve_kind`, which asks
+  :func:`prefer_repetition`).
 """
 
 from coded_fl.codes.approximate import ApproximateCode, ApproximateEstimate
 from coded_fl.codes.base import GradientCode
-from coded_fl.codes.factory import CodeKind, make_code, prefer_repetition
+from coded_fl.codes.factory import (
+    CodeKind,
+    code_names,
+    make_code,
+    prefer_repetition,
+    register_code,
+    resolve_kind,
+)
 from coded_fl.codes.polynomial import PolynomialCode, cyclic_placement, lagrange_weights
 from coded_fl.codes.real_baseline import RealGradientCode, decoding_error
 from coded_fl.codes.repetition import (
@@ -39,10 +48,13 @@ __all__ = [
     "PolynomialCode",
     "RealGradientCode",
     "balanced_groups",
+    "code_names",
     "cyclic_placement",
     "decoding_error",
     "lagrange_weights",
     "make_code",
     "prefer_repetition",
+    "register_code",
+    "resolve_kind",
     "spread_partitions",
 ]

@@ -1,5 +1,11 @@
-"""Picking a gradient code from (n, s).
+"""Picking a gradient code from (n, s): the codes by name, in one registry.
 
+A new code is a :class:`~coded_fl.codes.base.GradientCode` subclass in its own module and one
+:func:`register_code` line here (its name, how to build it for n, s, K, the field; whether it is
+exact). ``kind="auto"`` is resolved in one place, :func:`resolve_kind`.
+
+>>> code_names()
+('plain', 'repetition', 'polynomial', 'approximate')
 >>> make_code(10, 0)
 PlainAggregation(n=10, s=0, K=10, p=2147483647)
 >>> make_code(10, 2)  # groups of 4, 3, 3 silos: never mixes replicas
@@ -10,6 +16,8 @@ PolynomialCode(n=10, s=3, K=10, p=2147483647)
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Literal
 
 from coded_fl.codes.approximate import ApproximateCode
@@ -19,10 +27,67 @@ from coded_fl.codes.repetition import FractionalRepetitionCode, PlainAggregation
 from coded_fl.errors import ConfigurationError
 from coded_fl.field import PrimeField
 
-__all__ = ["CodeKind", "make_code", "prefer_repetition"]
+__all__ = [
+    "CodeKind",
+    "code_names",
+    "make_code",
+    "prefer_repetition",
+    "register_code",
+    "resolve_kind",
+]
 
 CodeKind = Literal["auto", "plain", "repetition", "polynomial", "approximate"]
-_KINDS = ("auto", "plain", "repetition", "polynomial", "approximate")
+
+#: How a registered code is built: (n, s, num_partitions, field, replication) -> the code.
+Builder = Callable[[int, int, "int | None", "PrimeField | None", "int | None"], GradientCode]
+
+
+@dataclass(frozen=True)
+class _Entry:
+    build: Builder
+    exact: bool
+
+
+_CODES: dict[str, _Entry] = {}
+
+
+def register_code(name: str, build: Builder, *, exact: bool = True) -> None:
+    """Make a gradient code selectable by ``name`` (``make_code(kind=name)``,
+    ``ProtocolConfig(code=name)`` where it is exact).
+
+    Parameters
+    ----------
+    name
+        A new name other than ``"auto"``.
+    build
+        Called with (n, s, num_partitions, field, replication); returns the code, or raises
+        :class:`ConfigurationError` naming the setting that does not fit.
+    exact
+        Whether its decode is exact (secure aggregation takes only exact codes).
+
+    Raises
+    ------
+    ConfigurationError
+        If the name is empty, ``"auto"`` or taken.
+    """
+    if not name or name == "auto" or name in _CODES:
+        raise ConfigurationError(f"a gradient code needs a new name other than 'auto': {name!r}")
+    _CODES[name] = _Entry(build, exact)
+
+
+def code_names(*, exact: bool = False) -> tuple[str, ...]:
+    """The registered codes' names (``"auto"`` besides them picks one).
+
+    Parameters
+    ----------
+    exact
+        Only the exact ones (those secure aggregation takes).
+
+    Returns
+    -------
+    tuple[str, ...]
+    """
+    return tuple(name for name, e in _CODES.items() if e.exact or not exact)
 
 
 def prefer_repetition(n: int, s: int, num_partitions: int | None = None) -> bool:
@@ -130,8 +195,9 @@ def make_code(
         Naming the setting, if the kind does not fit n and s (e.g. repetition with fewer
         partitions than groups) or an argument is out of range.
     """
-    if kind not in _KINDS:
-        raise ConfigurationError(f"kind={kind!r} is unknown; use one of {', '.join(_KINDS)}")
+    kinds = ("auto", *_CODES)
+    if kind not in kinds:
+        raise ConfigurationError(f"kind={kind!r} is unknown; use one of {', '.join(kinds)}")
     n = check_count("n", n, minimum=1)
     s = check_count("s", s, minimum=0)
     if s >= n:
@@ -140,16 +206,64 @@ def make_code(
         raise ConfigurationError(
             f"replication={replication} is only used by kind='approximate' (got kind={kind!r})"
         )
-    if kind == "approximate":
-        if replication is None:
-            raise ConfigurationError("kind='approximate' needs replication (copies per partition)")
-        return ApproximateCode(
-            n, s, replication=replication, num_partitions=num_partitions, field=field
-        )
-    if kind == "plain" or (kind == "auto" and s == 0):
-        if s != 0:
-            raise ConfigurationError(f"kind='plain' tolerates no straggler: s={s} must be 0")
-        return PlainAggregation(n, num_partitions=num_partitions, field=field)
-    if kind == "repetition" or (kind == "auto" and prefer_repetition(n, s, num_partitions)):
-        return FractionalRepetitionCode(n, s, num_partitions=num_partitions, field=field)
-    return PolynomialCode(n, s, num_partitions=num_partitions, field=field)
+    name = resolve_kind(kind, n, s, num_partitions)
+    return _CODES[name].build(n, s, num_partitions, field, replication)
+
+
+def resolve_kind(kind: str, n: int, s: int, num_partitions: int | None = None) -> str:
+    """The registered code ``kind`` names: itself, or for ``"auto"`` plain aggregation at
+    s = 0, else the repetition code where it exists (:func:`prefer_repetition`), else the
+    polynomial code. This is the one place that rule is written.
+
+    Parameters
+    ----------
+    kind
+        A registered name or ``"auto"``.
+    n
+        Silos.
+    s
+        Stragglers tolerated.
+    num_partitions
+        K (default n).
+
+    Returns
+    -------
+    str
+    """
+    if kind != "auto":
+        return kind
+    if s == 0:
+        return "plain"
+    return "repetition" if prefer_repetition(n, s, num_partitions) else "polynomial"
+
+
+def _plain(n: int, s: int, k: int | None, field: PrimeField | None, _r: int | None) -> GradientCode:
+    if s != 0:
+        raise ConfigurationError(f"kind='plain' tolerates no straggler: s={s} must be 0")
+    return PlainAggregation(n, num_partitions=k, field=field)
+
+
+def _repetition(
+    n: int, s: int, k: int | None, field: PrimeField | None, _r: int | None
+) -> GradientCode:
+    return FractionalRepetitionCode(n, s, num_partitions=k, field=field)
+
+
+def _polynomial(
+    n: int, s: int, k: int | None, field: PrimeField | None, _r: int | None
+) -> GradientCode:
+    return PolynomialCode(n, s, num_partitions=k, field=field)
+
+
+def _approximate(
+    n: int, s: int, k: int | None, field: PrimeField | None, replication: int | None
+) -> GradientCode:
+    if replication is None:
+        raise ConfigurationError("kind='approximate' needs replication (copies per partition)")
+    return ApproximateCode(n, s, replication=replication, num_partitions=k, field=field)
+
+
+register_code("plain", _plain)
+register_code("repetition", _repetition)
+register_code("polynomial", _polynomial)
+register_code("approximate", _approximate, exact=False)

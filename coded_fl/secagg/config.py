@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from coded_fl.codes import GradientCode, make_code
+from coded_fl.codes import GradientCode, code_names, make_code
 from coded_fl.codes.repetition import GroupCode
 from coded_fl.errors import ConfigurationError, RemoteProtocolError
 from coded_fl.field import PrimeField
@@ -50,7 +50,8 @@ class ProtocolConfig:
     num_partitions
         K, data partitions (default n).
     code
-        Gradient-code construction: ``"auto"``, ``"polynomial"`` or ``"repetition"``.
+        Gradient-code construction: ``"auto"`` or an exact registered code
+        (:func:`coded_fl.codes.code_names`: ``"plain"``, ``"repetition"``, ``"polynomial"``).
     extra_replies
         Replies beyond n - s the server waits for (within the deadline) to check that replicas
         agree; 0 = use extras only when they are already there.
@@ -152,10 +153,9 @@ class ProtocolConfig:
         fld = PrimeField(self.p)
         code = make_code(n, s, kind=self.code, num_partitions=k, field=fld)  # type: ignore[arg-type]
         if not code.exact:
-            raise ConfigurationError(
-                f"code={self.code!r} is approximate; secure aggregation needs an exact code: "
-                "use code='auto', 'polynomial' or 'repetition'"
-            )
+            exact = ", ".join(repr(c) for c in ("auto", *code_names(exact=True)))
+            why = "is approximate; secure aggregation needs an exact code: use code="
+            raise ConfigurationError(f"code={self.code!r} {why}{exact}")
         scheme, edges = resolve(self.masking, code, t)
         plan = None
         if self.dp is not None:
