@@ -36,7 +36,6 @@ __all__ = [
 ]
 
 
-
 def check_strategy(strategy: Strategy) -> None:
     """Refuse a wrapped strategy that coded secure aggregation cannot drive.
 
