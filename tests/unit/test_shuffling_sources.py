@@ -136,3 +136,45 @@ def test_the_balanced_reassignment_moves_a_unit_to_a_uniform_other_silo():
         seen[balanced_reassignment(now, K, np.random.default_rng(d))[0]] += 1
     assert seen[now[0]] == 0 and len(seen) == K - 1
     assert all(abs(c / draws - 1 / (K - 1)) < 0.08 for c in seen.values()), seen
+
+
+@pytest.mark.parametrize("t", [1, 2])
+def test_through_the_relay_a_holder_sourced_epoch_completes_and_a_tampered_message_is_refused(
+    tmp_path, t: int
+):
+    """The real members and relay (loopback): every silo stores exactly its new units; a relay
+    that flips a byte of one message gets it refused at its receiver (sealed payloads), the
+    other silos complete, and no store takes an unverified unit."""
+    import dataclasses
+
+    from coded_fl.shuffling import run_loopback
+    from tests.unit.test_shuffling_transport import K, _check_stores, _job, _world
+
+    rng = np.random.default_rng(t)
+    data = {u: rng.bytes(int(rng.integers(8, 60))) for u in range(K * (K - 1))}
+    own = {u: u % K for u in data}
+    now = {u: {k} for u, k in own.items()}
+    nxt = {u: {k} for u, k in balanced_reassignment(own, K, rng).items()}
+    manifest = UnitManifest.from_data(data)
+    assert plan_shuffle(manifest, now, nxt, K=K, t=t, mode="decentralized").sources is not None
+
+    stores, members = _world(tmp_path / "clean", data, now, t=t)
+    res = run_loopback(_job(now, nxt, "decentralized", t=t), members, stores)
+    assert res.ok, res.lines()
+    _check_stores(res, stores, data, now, nxt)
+
+    def tamper(stage, m, p):
+        if stage == "deliver" and m == 1 and p.messages:
+            msgs = list(p.messages)
+            body = bytearray(msgs[0].body)
+            body[5] ^= 0xFF
+            msgs[0] = dataclasses.replace(msgs[0], body=bytes(body))
+            return dataclasses.replace(p, messages=tuple(msgs))
+        return p
+
+    stores, members = _world(tmp_path / "tampered", data, now, t=t)
+    res = run_loopback(_job(now, nxt, "decentralized", t=t), members, stores, tamper=tamper)
+    assert res.silos[1].status == "incomplete" and res.silos[1].refused
+    assert "fails authentication" in res.silos[1].refused[0]
+    assert all(res.silos[k].status == "complete" for k in (0, 2, 3))
+    _check_stores(res, stores, data, now, nxt)
