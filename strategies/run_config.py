@@ -220,14 +220,12 @@ def coded_secagg_settings(run_config: Mapping[str, Any]) -> dict[str, Any]:
     ConfigurationError
         A value of the wrong type, naming the key.
     """
-    out: dict[str, Any] = {}
-    for key, value in run_config.items():
-        if key in RUN_CONFIG:
-            out[key.replace("-", "_")] = RUN_CONFIG[key][2](key, value)
-    dp = dp_from_run_config(run_config)
-    if dp is not None:
-        out["dp"] = dp
-    return out
+    keyword = {field: kw for kw, field in KEYWORDS.items()}
+    return {
+        keyword[(owner, name)]: value
+        for owner in (PROTOCOL, TIMEOUTS)
+        for name, value in fields_from_run_config(run_config, owner).items()
+    }
 
 
 class FlatSettings(TypedDict, total=False):
