@@ -47,6 +47,7 @@ from flwr.serverapp.strategy import FedAvg
 
 from clients import coded_secagg_mod
 from simulations.bench.common import Report
+from simulations.runtime.flower_sim import offline_environment
 from strategies import CodedSecAgg
 
 QUIET_LOGS = {"RAY_DEDUP_LOGS": "1"}
@@ -253,7 +254,8 @@ def _secaggplus(
     return server, client
 
 
-def _simulate(server: ServerApp, client: ClientApp, n: int) -> None:
+def _simulate(server: ServerApp, client: ClientApp, n: int, *, actors: int) -> None:
+    """``n`` silos on ``actors`` Ray actors (ClientApp processes)."""
     from flwr.simulation import run_simulation
 
     root = str(Path(__file__).resolve().parents[2])
@@ -262,13 +264,14 @@ def _simulate(server: ServerApp, client: ClientApp, n: int) -> None:
             p for p in (root, os.environ.get("PYTHONPATH")) if p
         )
     os.environ.update(QUIET_LOGS)
+    offline_environment()
     run_simulation(
         server_app=server,
         client_app=client,
         num_supernodes=n,
         backend_config={
             "client_resources": {"num_cpus": 1},
-            "init_args": {"num_cpus": n, "logging_level": "ERROR"},
+            "init_args": {"num_cpus": actors, "logging_level": "ERROR"},
         },
     )
 
@@ -282,14 +285,20 @@ def run(report: Report, *, quick: bool) -> None:
     d = 10_000 if quick else 1_000_000
     rounds = 3 if quick else 10  # full size: the median of 9 rounds (plain FedAvg pulls every
     # 0.1 s in simulation, so its round times fall on a 0.1 s grid: a few rounds are noisy)
+    # one Ray actor per silo at full size; the quick run (a check that it runs, no goal) puts its
+    # 4 silos on 2 actors: each actor is a process that imports torch, Flower and coded-fl
+    # (about 6 CPU seconds here), more than the quick rounds themselves cost
+    actors_for = (lambda n: min(n, 2)) if quick else (lambda n: n)
     report.config = {
         "d": d,
         "silos": sizes,
         "rounds": rounds,
         "dropout": "10% (at least 1)",
+        "ray_actors": [actors_for(n) for n in sizes],
         "figure": "median wall seconds per round over rounds 2..R",
     }
     for n in sizes:
+        actors = actors_for(n)
         variants: dict[str, Callable[[list[float]], tuple[ServerApp, ClientApp]]] = {
             "plain FedAvg (Message API)": lambda st, n=n: (
                 _plain_server(n, d, rounds, st),
@@ -320,7 +329,7 @@ def run(report: Report, *, quick: bool) -> None:
             stamps: list[float] = []
             t0 = time.monotonic()
             server, client = build(stamps)
-            _simulate(server, client, n)
+            _simulate(server, client, n, actors=actors)
             per = _per_round(stamps)
             if len(per) < rounds:
                 report.notes.append(f"n={n} {name}: only {len(per)} of {rounds} rounds finished")

@@ -13,7 +13,6 @@ Used by ``python -m simulations.shuffle --flower`` and ``tests/integration/test_
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -45,6 +44,7 @@ from coded_fl.shuffling.transport.wire import (
     ShuffleJob,
 )
 from coded_fl_flower.records import packet_from
+from simulations.runtime.flower_sim import offline_environment
 from strategies.roster import GridView
 from strategies.shuffle import ShuffleRelay
 
@@ -221,14 +221,7 @@ def run_flower_shuffle(
 
     mods = [drop_mod(dict(drops))] if drops else []
     client = shuffle_client_app(store_root=root, mods=mods)
-    env = {
-        "FLWR_TELEMETRY_ENABLED": "0",
-        "RAY_USAGE_STATS_ENABLED": "0",
-        "RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO": "0",
-        "RAY_DEDUP_LOGS": "0",
-    }
-    for k, v in env.items():
-        os.environ.setdefault(k, v)
+    offline_environment()
     t0 = time.monotonic()
     run_simulation(
         server_app=server,
