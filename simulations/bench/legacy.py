@@ -40,6 +40,7 @@ from simulations.bench.rounds import (
     _per_round,
     _simulate,
     _update,
+    ray_actors,
 )
 from strategies import CodedSecAggWorkflow
 
@@ -105,6 +106,7 @@ def run(report: Report, *, quick: bool) -> None:
         "rounds": rounds,
         "repeats": repeats,
         "dropout": "10% (at least 1)",
+        "ray_actors": ray_actors(n, quick=quick),
         "figure": "median wall seconds per round over rounds 2..R of every repeat",
     }
     variants: dict[str, Callable[[list[float]], tuple[ServerApp, ClientApp]]] = {
@@ -120,7 +122,7 @@ def run(report: Report, *, quick: bool) -> None:
             stamps: list[float] = []
             t0 = time.monotonic()
             server, client = build(stamps)
-            _simulate(server, client, n)
+            _simulate(server, client, n, actors=ray_actors(n, quick=quick))
             per = _per_round(stamps)
             if len(per) < rounds:
                 report.notes.append(f"{name} repeat {rep}: only {len(per)} of {rounds} rounds")

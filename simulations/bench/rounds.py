@@ -254,6 +254,13 @@ def _secaggplus(
     return server, client
 
 
+def ray_actors(n: int, *, quick: bool) -> int:
+    """Ray actors (ClientApp processes) for ``n`` silos: one per silo at full size; a quick run
+    (a check that it runs, no goal) puts them on 2, since each actor is a process that imports
+    torch, Flower and coded-fl (about 6 CPU seconds on 2 cores), more than its rounds cost."""
+    return min(n, 2) if quick else n
+
+
 def _simulate(server: ServerApp, client: ClientApp, n: int, *, actors: int) -> None:
     """``n`` silos on ``actors`` Ray actors (ClientApp processes)."""
     from flwr.simulation import run_simulation
@@ -285,20 +292,16 @@ def run(report: Report, *, quick: bool) -> None:
     d = 10_000 if quick else 1_000_000
     rounds = 3 if quick else 10  # full size: the median of 9 rounds (plain FedAvg pulls every
     # 0.1 s in simulation, so its round times fall on a 0.1 s grid: a few rounds are noisy)
-    # one Ray actor per silo at full size; the quick run (a check that it runs, no goal) puts its
-    # 4 silos on 2 actors: each actor is a process that imports torch, Flower and coded-fl
-    # (about 6 CPU seconds here), more than the quick rounds themselves cost
-    actors_for = (lambda n: min(n, 2)) if quick else (lambda n: n)
     report.config = {
         "d": d,
         "silos": sizes,
         "rounds": rounds,
         "dropout": "10% (at least 1)",
-        "ray_actors": [actors_for(n) for n in sizes],
+        "ray_actors": [ray_actors(n, quick=quick) for n in sizes],
         "figure": "median wall seconds per round over rounds 2..R",
     }
     for n in sizes:
-        actors = actors_for(n)
+        actors = ray_actors(n, quick=quick)
         variants: dict[str, Callable[[list[float]], tuple[ServerApp, ClientApp]]] = {
             "plain FedAvg (Message API)": lambda st, n=n: (
                 _plain_server(n, d, rounds, st),
