@@ -8,7 +8,8 @@ export PYTHONHASHSEED=${PYTHONHASHSEED:-0}
 export RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO=0
 # Ray's bookkeeping that no run here reads (simulations/runtime/flower_sim.py, LEAN_RAY_ENV:
 # the same four): no workers prestarted for the first driver, no metrics collection, no event
-# loop statistics, no task events reported to the GCS (a sixth of a simulation's CPU on 2 cores)
+# loop statistics, no task events reported to the GCS (the quick rounds benchmark: 172 -> 147
+# CPU seconds; nothing measurable where training dominates)
 export RAY_prestart_worker_first_driver=0 RAY_enable_metrics_collection=0 RAY_event_stats=0
 export RAY_task_events_report_interval_ms=0
 # numba's compiled kernels: one folder for every copy of the code (coded_fl/kernels/cache.py),

@@ -42,7 +42,8 @@ __all__ = [
 #: its workers prestarted for the first driver (the simulation starts its own actors, so they
 #: idle and exit), the metrics agent's collection, the per-event loop statistics and the task
 #: events every worker reports to the GCS. Measured on 2 cores (``simulations.bench rounds
-#: --quick``, five simulations of 4 silos): 172 -> 147 CPU seconds, the results unchanged.
+#: --quick``, five simulations of 4 silos): 172 -> 147 CPU seconds, the results unchanged; a
+#: simulation whose time is training (one actor) showed no difference.
 #: scripts/env.sh exports the same, so Flower's own simulation runtime (``flwr run`` on a
 #: ``--simulation`` SuperLink: the main job) gets them too.
 LEAN_RAY_ENV = {
